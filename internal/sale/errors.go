@@ -1,0 +1,30 @@
+package sale
+
+import "errors"
+
+// Errors of the purchase path. The HTTP layer maps each to a status and a
+// stable machine-readable code; wrap them with %w, never replace them.
+var (
+	// ErrSoldOut is returned when the SKU has fewer units available than asked for.
+	ErrSoldOut = errors.New("sold out")
+	// ErrLimitReached is returned when the purchase would take the user past the per-user limit.
+	ErrLimitReached = errors.New("per-user limit reached")
+	// ErrUnknownSKU is returned when no flash sale exists for the SKU.
+	ErrUnknownSKU = errors.New("unknown sku")
+	// ErrSaleNotOpen is returned when the sale has not started yet.
+	ErrSaleNotOpen = errors.New("sale not open")
+	// ErrSaleEnded is returned when the sale window has closed.
+	ErrSaleEnded = errors.New("sale ended")
+	// ErrNotWarmed is returned by the gate when Redis holds no state for the
+	// SKU (never warmed, or lost): nothing may be sold against it until re-seeded.
+	ErrNotWarmed = errors.New("sku not loaded in redis")
+	// ErrOrderNotFound is returned when no order has the id (or the caller may not see it).
+	ErrOrderNotFound = errors.New("order not found")
+	// ErrInvalid is returned for input that breaks the rules of the API.
+	ErrInvalid = errors.New("invalid request")
+	// ErrStockConflict is returned when an admin stock change would take
+	// available stock below zero (more units are already sold or reserved).
+	ErrStockConflict = errors.New("stock change conflicts with units already sold")
+	// ErrUnavailable is returned when a dependency (Redis, the queue, the database) cannot serve now.
+	ErrUnavailable = errors.New("temporarily unavailable")
+)

@@ -1,0 +1,151 @@
+// Package sale is the vocabulary of flashsale: SKUs, reservations, orders,
+// their statuses, the errors the purchase path returns and the input rules.
+// It imports only the standard library.
+package sale
+
+import (
+	"errors"
+	"regexp"
+	"time"
+)
+
+// Status is the state of an order. The lifecycle is
+// queued -> pending_payment -> paid | cancelled, or queued -> failed.
+type Status string
+
+const (
+	// StatusQueued: accepted by the Redis gate, not yet in the database.
+	StatusQueued Status = "queued"
+	// StatusPendingPayment: applied in the database, stock taken, awaiting payment.
+	StatusPendingPayment Status = "pending_payment"
+	// StatusPaid: paid; its stock is never released.
+	StatusPaid Status = "paid"
+	// StatusCancelled: cancelled by the user or the payment timeout; stock given back.
+	StatusCancelled Status = "cancelled"
+	// StatusFailed: the database refused the reservation; stock given back.
+	StatusFailed Status = "failed"
+)
+
+// Live reports whether an order in status s holds stock in the database.
+func (s Status) Live() bool { return s == StatusPendingPayment || s == StatusPaid }
+
+// SKU is the flash-sale configuration of one stock-keeping unit.
+type SKU struct {
+	ID string
+	// TotalStock is the allocation of the sale: units ever offered (S0 plus restocks).
+	TotalStock int64
+	// Stock is the database stock: units not held by a live order.
+	Stock        int64
+	PerUserLimit int64
+	// StartsAt and EndsAt bound the sale window; zero means unbounded.
+	StartsAt time.Time
+	EndsAt   time.Time
+	// UpdatedAt changes on every admin update.
+	UpdatedAt time.Time
+}
+
+// SaleState is what a buyer sees of a SKU.
+type SaleState string
+
+const (
+	StateUpcoming SaleState = "upcoming"
+	StateOnSale   SaleState = "on_sale"
+	StateSoldOut  SaleState = "sold_out"
+	StateEnded    SaleState = "ended"
+)
+
+// State returns the state of the sale at now given the units available.
+func (s SKU) State(now time.Time, available int64) SaleState {
+	switch {
+	case !s.EndsAt.IsZero() && !now.Before(s.EndsAt):
+		return StateEnded
+	case !s.StartsAt.IsZero() && now.Before(s.StartsAt):
+		return StateUpcoming
+	case available <= 0:
+		return StateSoldOut
+	}
+	return StateOnSale
+}
+
+// Open reports whether purchases are accepted at now (the window only, not stock).
+func (s SKU) Open(now time.Time) bool {
+	if !s.StartsAt.IsZero() && now.Before(s.StartsAt) {
+		return false
+	}
+	return s.EndsAt.IsZero() || now.Before(s.EndsAt)
+}
+
+// Reservation is a purchase admitted by the Redis gate. It travels from the
+// gate's outbox through the queue to the database, where it is applied once,
+// keyed by OrderID.
+type Reservation struct {
+	OrderID  string `json:"order_id"`
+	SKU      string `json:"sku_id"`
+	User     string `json:"user_id"`
+	Quantity int64  `json:"quantity"`
+	// AcceptedAt is when the gate admitted it, in Unix milliseconds.
+	AcceptedAt int64 `json:"accepted_at"`
+	// IdempotencyKey is the client's Idempotency-Key, if any.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// Validate reports whether r is well formed (a message that fails it can never be applied).
+func (r Reservation) Validate() error {
+	switch {
+	case !ValidOrderID(r.OrderID):
+		return errors.New("bad order_id")
+	case !ValidSKU(r.SKU):
+		return errors.New("bad sku_id")
+	case !ValidUser(r.User):
+		return errors.New("bad user_id")
+	case r.Quantity < 1 || r.Quantity > MaxQuantity:
+		return errors.New("bad quantity")
+	case r.AcceptedAt <= 0:
+		return errors.New("bad accepted_at")
+	}
+	return nil
+}
+
+// Order is an order as the database (or, while queued, the gate) knows it.
+type Order struct {
+	ID          string     `json:"order_id"`
+	SKU         string     `json:"sku_id"`
+	User        string     `json:"user_id"`
+	Quantity    int64      `json:"quantity"`
+	Status      Status     `json:"status"`
+	CreatedAt   time.Time  `json:"created_at"`
+	FailReason  string     `json:"fail_reason,omitempty"`
+	UpdatedAt   *time.Time `json:"updated_at,omitempty"`
+}
+
+// Input limits. They are part of the API contract (documented in README).
+const (
+	// MaxQuantity is the largest quantity one purchase may ask for.
+	MaxQuantity = 100
+	// MaxStock is the largest allocation of one SKU.
+	MaxStock = 1_000_000_000
+	// MaxPerUserLimit is the largest per-user limit.
+	MaxPerUserLimit = 10_000
+	// MaxIdempotencyKey is the longest Idempotency-Key accepted.
+	MaxIdempotencyKey = 128
+)
+
+var (
+	skuRe   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	userRe  = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,128}$`)
+	orderRe = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	idemRe  = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
+)
+
+// ValidSKU reports whether id is an acceptable sku_id: 1-64 of [A-Za-z0-9_-].
+// The pattern keeps ids safe as Redis key parts and NATS subject tokens.
+func ValidSKU(id string) bool { return skuRe.MatchString(id) }
+
+// ValidUser reports whether id is an acceptable user id: 1-128 of [A-Za-z0-9_.@-].
+func ValidUser(id string) bool { return userRe.MatchString(id) }
+
+// ValidOrderID reports whether id has the form of an order id (a lower-case UUID).
+func ValidOrderID(id string) bool { return orderRe.MatchString(id) }
+
+// ValidIdempotencyKey reports whether k is 1-128 printable ASCII characters without spaces.
+func ValidIdempotencyKey(k string) bool { return idemRe.MatchString(k) }
