@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/httpapi"
+	"github.com/flashsale/flashsale/internal/invariant"
+)
+
+// runDemo starts the service and runs a small sale against it over HTTP, so a
+// newcomer sees the whole path work: gate, queue, database, invariants.
+func runDemo(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var buyers, stock, conc int
+	var exit bool
+	cfg, err := parseConfig("demo", args, getenv, stderr, func(fs *flag.FlagSet) {
+		fs.IntVar(&buyers, "buyers", 2000, "distinct buyers (one in five clicks twice)")
+		fs.IntVar(&stock, "stock", 100, "units on sale")
+		fs.IntVar(&conc, "concurrency", 200, "buyers pressing at the same moment")
+		fs.BoolVar(&exit, "exit", false, "stop after the sale instead of serving until interrupted")
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.UserTokenSecret == "" {
+		cfg.UserTokenSecret = randomHex(16)
+	}
+	if cfg.AdminToken == "" {
+		cfg.AdminToken = randomHex(16)
+	}
+	if getenv("FLASHSALE_LOG_LEVEL") == "" {
+		cfg.LogLevel = "warn"
+	}
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "starting flashsale (PostgreSQL, Redis, embedded JetStream)...")
+	a, err := start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		log.Warn("demo: address busy, using a free port", "addr", cfg.HTTPAddr, "err", err)
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			a.close()
+			return err
+		}
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- a.serve(sctx, ln) }()
+	base := "http://" + ln.Addr().String()
+
+	err = demoSale(ctx, a, base, cfg, buyers, stock, conc, stdout)
+	if err != nil || exit {
+		stop()
+		<-served
+		return err
+	}
+	fmt.Fprintln(stdout, "\nflashsale keeps serving; press Ctrl-C to stop.")
+	return <-served
+}
+
+func demoSale(ctx context.Context, a *app, base string, cfg config, buyers, stock, conc int, out io.Writer) error {
+	sku := fmt.Sprintf("demo-%d", time.Now().Unix())
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
+	body := fmt.Sprintf(`{"stock":%d,"per_user_limit":1}`, stock)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/admin/v1/skus/"+sku, bytes.NewBufferString(body))
+	req.Header.Set("Authorization", "Bearer "+cfg.AdminToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("creating demo sale: HTTP %d", resp.StatusCode)
+	}
+	fmt.Fprintf(out, "sale %s: %d units, 1 per buyer; %d buyers (%d at once), one in five clicks twice\n", sku, stock, buyers, conc)
+
+	var mu sync.Mutex
+	var accepted []string
+	counts := map[string]*atomic.Int64{}
+	for _, k := range []string{"accepted", "sold_out", "limit_reached", "other"} {
+		counts[k] = new(atomic.Int64)
+	}
+	start := time.Now()
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				user := fmt.Sprintf("demo-user-%d", i)
+				tok, _ := httpapi.Sign(cfg.UserTokenSecret, user, time.Hour)
+				clicks := 1
+				if i%5 == 0 {
+					clicks = 2
+				}
+				for c := 0; c < clicks; c++ {
+					code, id := demoBuy(ctx, hc, base, tok, sku)
+					k := code
+					if _, ok := counts[k]; !ok {
+						k = "other"
+					}
+					counts[k].Add(1)
+					if code == "accepted" {
+						mu.Lock()
+						accepted = append(accepted, id)
+						mu.Unlock()
+					}
+				}
+			}
+		}()
+	}
+	ticker := time.NewTicker(200 * time.Millisecond)
+	progress := func() {
+		fmt.Fprintf(out, "\r  %6.2fs  accepted %4d  sold_out %5d  limit_reached %4d  other %d   ",
+			time.Since(start).Seconds(), counts["accepted"].Load(), counts["sold_out"].Load(), counts["limit_reached"].Load(), counts["other"].Load())
+	}
+	go func() {
+		for i := 0; i < buyers; i++ {
+			jobs <- i
+		}
+		close(jobs)
+	}()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for waiting := true; waiting; {
+		select {
+		case <-ticker.C:
+			progress()
+		case <-done:
+			waiting = false
+		}
+	}
+	ticker.Stop()
+	progress()
+	elapsed := time.Since(start)
+	fmt.Fprintf(out, "\n%d requests in %.2fs (%.0f req/s)\n", buyers+(buyers+4)/5, elapsed.Seconds(), float64(buyers+(buyers+4)/5)/elapsed.Seconds())
+
+	// Wait for the queue to drain into PostgreSQL, then check from the database.
+	fmt.Fprint(out, "waiting for every accepted purchase to reach PostgreSQL... ")
+	deadline := time.Now().Add(60 * time.Second)
+	var rep invariant.Report
+	for {
+		rep, err = invariant.Check(ctx, a.store.Pool(), a.gate, sku, accepted, true)
+		if err != nil {
+			return err
+		}
+		if rep.OK() || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Fprintf(out, "done in %.2fs\n", time.Since(start).Seconds()-elapsed.Seconds())
+	fmt.Fprintf(out, "PostgreSQL: %d live orders for %d units, stock left %d, %d idempotency rows; Redis available %d\n",
+		rep.LiveOrders, rep.LiveUnits, rep.DBStock, rep.ProcessLog, rep.RedisAvailable)
+	if !rep.OK() {
+		return fmt.Errorf("invariants violated: %v", rep.Violations)
+	}
+	fmt.Fprintln(out, "invariants hold: no oversell, no lost order, one order per buyer, nothing applied twice")
+	userTok, _ := httpapi.Sign(cfg.UserTokenSecret, "alice", 24*time.Hour)
+	fmt.Fprintf(out, "\nTry it:\n  curl %s/api/v1/skus/%s\n", base, sku)
+	fmt.Fprintf(out, "  curl -X PUT -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n       -d '{\"stock\":110,\"per_user_limit\":1}' %s/admin/v1/skus/%s   # restock 10\n", cfg.AdminToken, base, sku)
+	fmt.Fprintf(out, "  curl -X POST -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n       -d '{\"sku_id\":\"%s\",\"quantity\":1}' %s/api/v1/orders\n", userTok, sku, base)
+	return nil
+}
+
+func demoBuy(ctx context.Context, hc *http.Client, base, tok, sku string) (code, orderID string) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/v1/orders",
+		bytes.NewBufferString(`{"sku_id":"`+sku+`","quantity":1}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "transport", ""
+	}
+	defer resp.Body.Close()
+	var b struct {
+		OrderID string `json:"order_id"`
+		Error   struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
+		return "bad_body", ""
+	}
+	if resp.StatusCode == http.StatusAccepted {
+		return "accepted", b.OrderID
+	}
+	return b.Error.Code, ""
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+

@@ -1,0 +1,70 @@
+// Command flashsale is the flash-sale inventory service: serve, migrate,
+// demo and token subcommands (see `flashsale help`).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "flashsale:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the service: HTTP API, relay, consumer (all configuration by flags or FLASHSALE_* variables)", runServe},
+		{"migrate", "apply database migrations and exit", runMigrate},
+		{"demo", "run the service with a sale in progress: creates a SKU, sends buyers, checks the result", runDemo},
+		{"token", "print a user token (JWT, HS256) signed with FLASHSALE_USER_TOKEN_SECRET", runToken},
+		{"help", "list the subcommands", nil},
+	}
+}
+
+// run is the whole program, with its environment passed in (tests call it).
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] && c.run != nil {
+			return c.run(ctx, args[1:], getenv, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "flashsale: unknown subcommand %q\n\n", args[0])
+	usage(stderr)
+	return errUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "flashsale: a flash-sale inventory service (Redis gate -> NATS JetStream -> PostgreSQL)")
+	fmt.Fprintln(w, "\nUsage: flashsale <subcommand> [flags]   (flashsale <subcommand> -h for its flags)")
+	fmt.Fprintln(w, "\nSubcommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+}

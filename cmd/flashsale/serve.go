@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/rueidis"
+
+	"github.com/flashsale/flashsale/internal/apply"
+	"github.com/flashsale/flashsale/internal/failpoint"
+	"github.com/flashsale/flashsale/internal/httpapi"
+	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/orderqueue"
+	"github.com/flashsale/flashsale/internal/orderstore"
+	"github.com/flashsale/flashsale/internal/purchase"
+	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/relay"
+	"github.com/flashsale/flashsale/internal/stockgate"
+)
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig("serve", args, getenv, stderr, nil)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	a, err := start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		a.close()
+		return err
+	}
+	log.Info("flashsale serving", "addr", ln.Addr().String(), "nats", cfg.NATSURL)
+	fmt.Fprintf(stdout, "flashsale listening on http://%s\n", ln.Addr())
+	return a.serve(ctx, ln)
+}
+
+func newLogger(cfg config, w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return nil, fmt.Errorf("log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch cfg.LogFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log-format must be text or json")
+}
+
+// app is one running instance: every component wired, workers started.
+type app struct {
+	cfg      config
+	log      *slog.Logger
+	store    *orderstore.Store
+	redis    rueidis.Client
+	embedded *orderqueue.Embedded
+	nc       *nats.Conn
+	queue    *orderqueue.Queue
+	gate     *stockgate.Gate
+	relay    *relay.Relay
+	buy      *purchase.Service
+	sync     *reconcile.Syncer
+	metrics  *metrics.Metrics
+	handler  http.Handler
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// start wires every component and starts the background workers. The caller
+// serves a.handler and calls close when done.
+func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error) {
+	if cfg.UserTokenSecret == "" {
+		return nil, errors.New("FLASHSALE_USER_TOKEN_SECRET (or -user-token-secret) is required: it verifies buyers' tokens")
+	}
+	if err := failpoint.Parse(cfg.Failpoints); err != nil {
+		return nil, err
+	}
+	a := &app{cfg: cfg, log: log, metrics: metrics.New()}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
+	octx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+
+	if a.store, err = orderstore.Open(octx, cfg.DatabaseURL, orderstore.Options{MaxConns: int32(cfg.DBMaxConns), Logger: log}); err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	if err = a.store.Migrate(octx); err != nil {
+		return nil, fmt.Errorf("database migrations: %w", err)
+	}
+
+	ropt, err := rueidis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	ropt.DisableCache = true
+	if a.redis, err = rueidis.NewClient(ropt); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	a.gate = stockgate.New(a.redis, cfg.RedisPrefix)
+
+	if cfg.NATSURL == "embedded" {
+		if a.embedded, err = orderqueue.StartEmbedded(cfg.DataDir, cfg.NATSSyncAlways); err != nil {
+			return nil, err
+		}
+		a.nc, err = a.embedded.Connect("flashsale")
+	} else {
+		if !strings.HasPrefix(cfg.NATSURL, "nats://") && !strings.HasPrefix(cfg.NATSURL, "tls://") {
+			return nil, fmt.Errorf("nats-url must be \"embedded\" or nats://host:port, got %q", cfg.NATSURL)
+		}
+		a.nc, err = orderqueue.Connect(cfg.NATSURL, "flashsale")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	if a.queue, err = orderqueue.Open(octx, a.nc, orderqueue.Config{}); err != nil {
+		return nil, err
+	}
+
+	a.relay = relay.New(a.gate, a.queue, log, relay.Config{Grace: cfg.RelayGrace})
+	cat := purchase.NewCatalog(a.store)
+	if err = cat.Refresh(octx); err != nil {
+		return nil, fmt.Errorf("loading sku catalog: %w", err)
+	}
+	a.sync = reconcile.NewSyncer(a.store, a.gate, log)
+	a.buy = purchase.New(cat, a.gate, a.relay, a.store, log, a.metrics)
+
+	// Load every sale that is not over into Redis (a no-op resync for those
+	// already there), so a restarted or fresh Redis is never sold against stale.
+	for _, s := range cat.All() {
+		if !s.EndsAt.IsZero() && time.Now().After(s.EndsAt) {
+			continue
+		}
+		if _, err := a.sync.Warm(octx, s.ID); err != nil {
+			log.Warn("warm-up at start", "sku_id", s.ID, "err", err)
+		}
+	}
+
+	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
+		AdminToken: cfg.AdminToken,
+		Users:      httpapi.NewUserAuth(cfg.UserTokenSecret),
+		Metrics:    promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
+		Observe:    a.metrics.HTTP,
+		Ready: []httpapi.Checker{
+			{Name: "postgres", Check: a.store.Ping},
+			{Name: "redis", Check: a.gate.Ping},
+			{Name: "jetstream", Check: a.queue.Ping},
+		},
+	})
+
+	wctx, wcancel := context.WithCancel(context.Background())
+	a.cancel = wcancel
+	consumer := apply.New(a.store, a.gate, log, a.metrics, apply.Config{Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers})
+	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
+	a.goRun(func() { a.relay.Run(wctx) })
+	a.goRun(func() {
+		cat.Run(wctx, cfg.CatalogRefresh, func(err error) { log.Warn("catalog refresh", "err", err) })
+	})
+	a.goRun(func() { a.expireLoop(wctx) })
+	return a, nil
+}
+
+func (a *app) goRun(f func()) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		f()
+	}()
+}
+
+// expireLoop drops Redis keys of sales that ended more than KeyRetention ago.
+func (a *app) expireLoop(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			skus, err := a.gate.SKUs(ctx)
+			if err != nil {
+				continue
+			}
+			for _, sku := range skus {
+				if dropped, err := a.gate.Expire(ctx, sku, now, a.cfg.KeyRetention); err != nil {
+					a.log.Warn("expire sale keys", "sku_id", sku, "err", err)
+				} else if dropped {
+					a.log.Info("ended sale's redis keys dropped", "sku_id", sku)
+				}
+			}
+		}
+	}
+}
+
+// serve answers HTTP on ln until ctx is done, then shuts down in order.
+func (a *app) serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	a.close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// close stops the workers, then the connections, in dependency order.
+func (a *app) close() {
+	a.once.Do(func() {
+		if a.cancel != nil {
+			a.cancel()
+		}
+		a.wg.Wait()
+		if a.nc != nil {
+			_ = a.nc.Drain()
+			for i := 0; i < 50 && !a.nc.IsClosed(); i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			a.nc.Close()
+		}
+		if a.embedded != nil {
+			a.embedded.Shutdown()
+		}
+		if a.redis != nil {
+			a.redis.Close()
+		}
+		if a.store != nil {
+			a.store.Close()
+		}
+	})
+}
+
+func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig("migrate", args, getenv, stderr, nil)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	st, err := orderstore.Open(ctx, cfg.DatabaseURL, orderstore.Options{MaxConns: 2, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "migrations applied")
+	return nil
+}

@@ -1,0 +1,249 @@
+// Package apply is the consumer: it takes reservations from the stream in
+// batches and applies each batch in one database transaction.
+//
+// Retry contract, per message:
+//   - committed (applied or refused by the database) -> the gate closes the
+//     reservation (refused ones give their units back) -> ack;
+//   - malformed (cannot be decoded or validated) -> terminate, logged;
+//   - anything else (database or Redis unavailable, timeout) -> nak with a
+//     growing delay; the redelivery finds the idempotency row if the commit
+//     had happened, so nothing is applied twice.
+package apply
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flashsale/flashsale/internal/failpoint"
+	"github.com/flashsale/flashsale/internal/orderstore"
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/stockgate"
+)
+
+// Store applies reservations in the database of record.
+type Store interface {
+	ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]orderstore.Outcome, error)
+}
+
+// Closer closes reservations in the gate once the database decided them.
+type Closer interface {
+	Finalize(ctx context.Context, sku string, outcomes []stockgate.Outcome) (int64, error)
+}
+
+// Config tunes the consumer. Zero values take the defaults.
+type Config struct {
+	// Batch is the most messages applied in one transaction (default 256).
+	Batch int
+	// MaxWait is how long a partial batch waits for more messages (default 5ms).
+	MaxWait time.Duration
+	// Workers is the number of concurrent batch appliers in this process (default 2).
+	Workers int
+	// Timeout bounds one batch: database transaction plus gate update (default 15s).
+	Timeout time.Duration
+	// Backoff lists the delays of redeliveries after a failure, by attempt
+	// (default 1s, 5s, 15s; the last repeats).
+	Backoff []time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Batch == 0 {
+		c.Batch = 256
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 5 * time.Millisecond
+	}
+	if c.Workers == 0 {
+		c.Workers = 2
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 15 * time.Second
+	}
+	if len(c.Backoff) == 0 {
+		c.Backoff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
+	}
+	return c
+}
+
+// Observer is told what each batch did (metrics); nil is fine.
+type Observer interface {
+	Batch(size int, applied, refused, duplicates int, elapsed time.Duration, err error)
+}
+
+// Consumer applies the stream to the database.
+type Consumer struct {
+	store Store
+	gate  Closer
+	log   *slog.Logger
+	cfg   Config
+	obs   Observer
+}
+
+// New returns a consumer.
+func New(store Store, gate Closer, log *slog.Logger, obs Observer, cfg Config) *Consumer {
+	return &Consumer{store: store, gate: gate, log: log, obs: obs, cfg: cfg.withDefaults()}
+}
+
+// Run consumes from cons with the configured number of workers until ctx is done.
+func (c *Consumer) Run(ctx context.Context, cons jetstream.Consumer) {
+	done := make(chan struct{}, c.cfg.Workers)
+	for i := 0; i < c.cfg.Workers; i++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			c.worker(ctx, cons)
+		}()
+	}
+	for i := 0; i < c.cfg.Workers; i++ {
+		<-done
+	}
+}
+
+func (c *Consumer) worker(ctx context.Context, cons jetstream.Consumer) {
+	for ctx.Err() == nil {
+		it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Batch))
+		if err != nil {
+			c.log.Warn("consumer: subscribe", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		c.drain(ctx, it)
+		it.Stop()
+	}
+}
+
+func (c *Consumer) drain(ctx context.Context, it jetstream.MessagesContext) {
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	batch := make([]jetstream.Msg, 0, c.cfg.Batch)
+	for {
+		// Block for the first message, then fill the batch for at most MaxWait.
+		m, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("consumer: next", "err", err)
+			continue
+		}
+		batch = append(batch[:0], m)
+		deadline := time.Now().Add(c.cfg.MaxWait)
+		for len(batch) < c.cfg.Batch {
+			wait := time.Until(deadline)
+			if wait <= 0 {
+				break
+			}
+			m, err := it.Next(jetstream.NextMaxWait(wait))
+			if err != nil {
+				break
+			}
+			batch = append(batch, m)
+		}
+		c.Handle(ctx, batch)
+	}
+}
+
+// Handle applies one batch of messages and acknowledges, naks or terminates
+// each according to the retry contract.
+func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
+	start := time.Now()
+	rs := make([]sale.Reservation, 0, len(msgs))
+	good := make([]jetstream.Msg, 0, len(msgs))
+	for _, m := range msgs {
+		var r sale.Reservation
+		err := json.Unmarshal(m.Data(), &r)
+		if err == nil {
+			err = r.Validate()
+		}
+		if err != nil {
+			c.log.Error("consumer: malformed message terminated", "subject", m.Subject(), "err", err)
+			_ = m.TermWithReason("malformed: " + err.Error())
+			continue
+		}
+		rs = append(rs, r)
+		good = append(good, m)
+	}
+	if len(rs) == 0 {
+		return
+	}
+	bctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+
+	failpoint.Inject(failpoint.ConsumerBeforeCommit)
+	outs, err := c.store.ApplyBatch(bctx, rs)
+	if err != nil {
+		c.retry(good, err)
+		c.observe(len(rs), 0, 0, 0, start, err)
+		return
+	}
+	failpoint.Inject(failpoint.ConsumerAfterCommitBeforeAck)
+
+	bySKU := map[string][]stockgate.Outcome{}
+	applied, refused, dups := 0, 0, 0
+	for i, o := range outs {
+		ref := o.Status == sale.StatusFailed
+		bySKU[rs[i].SKU] = append(bySKU[rs[i].SKU], stockgate.Outcome{OrderID: o.OrderID, Refused: ref})
+		switch {
+		case o.Duplicate:
+			dups++
+		case ref:
+			refused++
+		default:
+			applied++
+		}
+	}
+	failed := map[string]error{}
+	for sku, os := range bySKU {
+		if _, err := c.gate.Finalize(bctx, sku, os); err != nil {
+			failed[sku] = err
+		}
+	}
+	for i, m := range good {
+		if err, bad := failed[rs[i].SKU]; bad {
+			// Committed, but Redis not yet closed: the redelivery is a
+			// duplicate in the database and closes it then.
+			c.retry([]jetstream.Msg{m}, err)
+			continue
+		}
+		if err := m.Ack(); err != nil {
+			c.log.Warn("consumer: ack", "order_id", rs[i].OrderID, "err", err)
+		}
+	}
+	var ferr error
+	for _, e := range failed {
+		ferr = e
+	}
+	c.observe(len(rs), applied, refused, dups, start, ferr)
+}
+
+func (c *Consumer) retry(msgs []jetstream.Msg, cause error) {
+	for _, m := range msgs {
+		n := 1
+		if md, err := m.Metadata(); err == nil {
+			n = int(md.NumDelivered)
+		}
+		d := c.cfg.Backoff[min(n, len(c.cfg.Backoff))-1]
+		if err := m.NakWithDelay(d); err != nil {
+			c.log.Warn("consumer: nak", "err", err)
+		}
+	}
+	c.log.Warn("consumer: batch will be retried", "messages", len(msgs), "err", cause)
+}
+
+func (c *Consumer) observe(size, applied, refused, dups int, start time.Time, err error) {
+	if c.obs != nil {
+		c.obs.Batch(size, applied, refused, dups, time.Since(start), err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

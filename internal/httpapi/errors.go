@@ -1,0 +1,78 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/flashsale/flashsale/internal/sale"
+)
+
+// errorCode maps an error to its HTTP status and stable machine-readable code.
+// This table is the API contract for errors (README lists it).
+var errorCodes = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{sale.ErrInvalid, http.StatusBadRequest, "invalid_request"},
+	{errUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
+	{errAdminDisabled, http.StatusForbidden, "admin_disabled"},
+	{sale.ErrUnknownSKU, http.StatusNotFound, "unknown_sku"},
+	{sale.ErrOrderNotFound, http.StatusNotFound, "order_not_found"},
+	{errNotFound, http.StatusNotFound, "not_found"},
+	{errMethod, http.StatusMethodNotAllowed, "method_not_allowed"},
+	{sale.ErrSoldOut, http.StatusConflict, "sold_out"},
+	{sale.ErrLimitReached, http.StatusConflict, "limit_reached"},
+	{sale.ErrSaleNotOpen, http.StatusConflict, "sale_not_started"},
+	{sale.ErrSaleEnded, http.StatusConflict, "sale_ended"},
+	{sale.ErrStockConflict, http.StatusConflict, "stock_conflict"},
+	{errTooLarge, http.StatusRequestEntityTooLarge, "body_too_large"},
+	{errMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+	{sale.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	{sale.ErrNotWarmed, http.StatusServiceUnavailable, "unavailable"},
+}
+
+var (
+	errNotFound  = errors.New("no such route")
+	errMethod    = errors.New("method not allowed")
+	errTooLarge  = errors.New("request body too large")
+	errMediaType = errors.New("Content-Type must be application/json")
+)
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// writeError answers err with its status and code. Unknown errors are 500
+// with a generic message, and logged.
+func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
+	var b errorBody
+	status := http.StatusInternalServerError
+	b.Error.Code = "internal"
+	b.Error.Message = "internal error"
+	for _, e := range errorCodes {
+		if errors.Is(err, e.err) {
+			status, b.Error.Code, b.Error.Message = e.status, e.code, err.Error()
+			break
+		}
+	}
+	if status == http.StatusInternalServerError {
+		log.Error("http: internal error", "err", err)
+	}
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

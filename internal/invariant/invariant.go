@@ -1,0 +1,134 @@
+// Package invariant checks the design brief's invariants for a SKU directly
+// from PostgreSQL and Redis, never from the service's own counters. Tests,
+// the demo and the load generator all use it.
+package invariant
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flashsale/flashsale/internal/stockgate"
+)
+
+// Report is what the database and Redis say about one SKU.
+type Report struct {
+	SKU            string
+	TotalStock     int64 // allocation (S0 plus restocks)
+	DBStock        int64
+	PerUserLimit   int64
+	LiveUnits      int64 // units of pending_payment and paid orders
+	LiveOrders     int64
+	FailedOrders   int64
+	Orders         int64 // order rows of every status
+	ProcessLog     int64 // idempotency rows
+	MaxUserUnits   int64 // the most live units one user holds
+	RedisLoaded    bool
+	RedisAvailable int64
+	InFlight       int64 // units reserved in Redis, not yet applied
+	Outbox         int64
+	Violations     []string
+}
+
+// OK reports whether no invariant was violated.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+func (r *Report) failf(format string, args ...any) {
+	r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+}
+
+const snapshotSQL = `
+SELECT i.stock, i.total_stock, i.per_user_limit,
+       COALESCE(SUM(o.quantity) FILTER (WHERE o.status IN ('pending_payment','paid')), 0),
+       COUNT(o.order_id) FILTER (WHERE o.status IN ('pending_payment','paid')),
+       COUNT(o.order_id) FILTER (WHERE o.status = 'failed'),
+       COUNT(o.order_id),
+       (SELECT COUNT(*) FROM process_log p WHERE p.sku_id = i.sku_id),
+       COALESCE((SELECT MAX(u.n) FROM (SELECT SUM(quantity) AS n FROM orders
+           WHERE sku_id = i.sku_id AND status IN ('pending_payment','paid') GROUP BY user_id) u), 0)
+FROM inventory i LEFT JOIN orders o ON o.sku_id = i.sku_id
+WHERE i.sku_id = $1
+GROUP BY i.sku_id, i.stock, i.total_stock, i.per_user_limit`
+
+const unloggedSQL = `
+SELECT COUNT(*) FROM orders o WHERE o.sku_id = $1
+AND NOT EXISTS (SELECT 1 FROM process_log p WHERE p.tx_id = o.order_id)`
+
+const acceptedSQL = `SELECT COUNT(*), COUNT(DISTINCT order_id) FROM orders WHERE order_id = ANY($1)`
+
+// Check reads sku's state and checks I1 (stock >= 0, stock + live = total,
+// in one snapshot), I3 when idle is true (Redis available = database stock,
+// nothing in flight or in the outbox), I4 for the accepted order ids (each is
+// exactly one order row), I5 (one idempotency row per order) and I6 (no user
+// over the limit). gate may be nil to skip Redis.
+func Check(ctx context.Context, db *pgxpool.Pool, gate *stockgate.Gate, sku string, accepted []string, idle bool) (Report, error) {
+	r := Report{SKU: sku}
+	err := db.QueryRow(ctx, snapshotSQL, sku).Scan(&r.DBStock, &r.TotalStock, &r.PerUserLimit,
+		&r.LiveUnits, &r.LiveOrders, &r.FailedOrders, &r.Orders, &r.ProcessLog, &r.MaxUserUnits)
+	if err != nil {
+		return r, fmt.Errorf("invariant: snapshot of %s: %w", sku, err)
+	}
+	if r.DBStock < 0 {
+		r.failf("I1: database stock %d < 0", r.DBStock)
+	}
+	if r.DBStock+r.LiveUnits != r.TotalStock {
+		r.failf("I1: database stock %d + live units %d != total %d (oversold or leaked %d)", r.DBStock, r.LiveUnits, r.TotalStock, r.DBStock+r.LiveUnits-r.TotalStock)
+	}
+	if r.LiveUnits > r.TotalStock {
+		r.failf("I2: live units %d exceed total %d", r.LiveUnits, r.TotalStock)
+	}
+	if r.MaxUserUnits > r.PerUserLimit {
+		r.failf("I6: a user holds %d units, limit %d", r.MaxUserUnits, r.PerUserLimit)
+	}
+	if r.ProcessLog != r.Orders {
+		r.failf("I5: %d idempotency rows for %d orders", r.ProcessLog, r.Orders)
+	}
+	var unlogged int64
+	if err := db.QueryRow(ctx, unloggedSQL, sku).Scan(&unlogged); err != nil {
+		return r, fmt.Errorf("invariant: %w", err)
+	}
+	if unlogged != 0 {
+		r.failf("I5: %d orders without an idempotency row", unlogged)
+	}
+	if accepted != nil {
+		var rows, distinct int64
+		if err := db.QueryRow(ctx, acceptedSQL, accepted).Scan(&rows, &distinct); err != nil {
+			return r, fmt.Errorf("invariant: %w", err)
+		}
+		want := int64(len(uniq(accepted)))
+		if rows != want || distinct != want {
+			r.failf("I4: %d accepted order ids, %d order rows (%d distinct)", want, rows, distinct)
+		}
+	}
+	if gate != nil {
+		f, err := gate.ReadInFlight(ctx, sku)
+		if err != nil {
+			return r, err
+		}
+		r.RedisLoaded, r.RedisAvailable, r.InFlight = f.Loaded, f.Available, f.Units()
+		if r.Outbox, err = gate.OutboxLen(ctx, sku); err != nil {
+			return r, err
+		}
+		if f.Loaded && r.RedisAvailable < 0 {
+			r.failf("I2: redis available %d < 0", r.RedisAvailable)
+		}
+		if idle && f.Loaded {
+			if r.RedisAvailable != r.DBStock {
+				r.failf("I3: idle, redis available %d != database stock %d", r.RedisAvailable, r.DBStock)
+			}
+			if r.InFlight != 0 || r.Outbox != 0 {
+				r.failf("I3: idle, %d units still in flight, %d outbox entries", r.InFlight, r.Outbox)
+			}
+		}
+	}
+	return r, nil
+}
+
+func uniq(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}

@@ -1,0 +1,76 @@
+// Package metrics defines flashsale's Prometheus metrics. Label values are
+// routes and outcomes, never user ids.
+package metrics
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds every collector; create one per process with New.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	purchases    *prometheus.CounterVec
+	httpDuration *prometheus.HistogramVec
+	batchSize    prometheus.Histogram
+	batchTime    prometheus.Histogram
+	applied      *prometheus.CounterVec
+	batchErrors  prometheus.Counter
+}
+
+// New registers the metrics on a fresh registry (plus Go and process collectors).
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{
+		Registry: r,
+		purchases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashsale_purchases_total", Help: "Purchase requests by outcome (accepted, sold_out, limit_reached, unknown_sku, not_open, invalid, error).",
+		}, []string{"outcome"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "flashsale_http_request_duration_seconds", Help: "HTTP request latency by route and status code.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"route", "code"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "flashsale_apply_batch_size", Help: "Reservations per database transaction of the consumer.",
+			Buckets: []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000},
+		}),
+		batchTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "flashsale_apply_batch_duration_seconds", Help: "Time to apply one batch: transaction plus gate update.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashsale_apply_reservations_total", Help: "Reservations decided by the consumer: applied, refused (compensated), duplicate.",
+		}, []string{"result"}),
+		batchErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashsale_apply_batch_errors_total", Help: "Batches that failed and were handed back to the queue for redelivery.",
+		}),
+	}
+	r.MustRegister(m.purchases, m.httpDuration, m.batchSize, m.batchTime, m.applied, m.batchErrors)
+	return m
+}
+
+// Purchase counts one purchase decision.
+func (m *Metrics) Purchase(outcome string) { m.purchases.WithLabelValues(outcome).Inc() }
+
+// HTTP records one request.
+func (m *Metrics) HTTP(route string, status int, d time.Duration) {
+	m.httpDuration.WithLabelValues(route, strconv.Itoa(status)).Observe(d.Seconds())
+}
+
+// Batch records one consumer batch.
+func (m *Metrics) Batch(size, applied, refused, dups int, d time.Duration, err error) {
+	m.batchSize.Observe(float64(size))
+	m.batchTime.Observe(d.Seconds())
+	if err != nil {
+		m.batchErrors.Inc()
+		return
+	}
+	m.applied.WithLabelValues("applied").Add(float64(applied))
+	m.applied.WithLabelValues("refused").Add(float64(refused))
+	m.applied.WithLabelValues("duplicate").Add(float64(dups))
+}

@@ -1,0 +1,162 @@
+// Package orderqueue is the durable queue between the gate and the database:
+// a NATS JetStream stream of reservations (message id = order id, so a
+// re-publish inside the duplicate window is dropped by the broker) and the
+// durable pull consumer the appliers share.
+package orderqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Names used on the broker. They are part of the operations contract.
+const (
+	StreamName    = "FLASHSALE_ORDERS"
+	SubjectPrefix = "flashsale.orders."
+	ConsumerName  = "flashsale-apply"
+)
+
+// Config tunes the stream and the consumer. Zero values take the defaults.
+type Config struct {
+	// MaxAge keeps applied messages for replay and audit (default 72h).
+	MaxAge time.Duration
+	// DuplicateWindow is the broker's Msg-Id de-duplication window (default 2m).
+	DuplicateWindow time.Duration
+	// AckWait is how long a delivered message may stay unacknowledged (default 30s).
+	AckWait time.Duration
+	// MaxAckPending bounds messages delivered and not yet acknowledged (default 20000).
+	MaxAckPending int
+	// Replicas of the stream on a clustered broker (default 1).
+	Replicas int
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxAge == 0 {
+		c.MaxAge = 72 * time.Hour
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = 20000
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	return c
+}
+
+// Queue is the stream and its consumer. Safe for concurrent use.
+type Queue struct {
+	js       jetstream.JetStream
+	stream   jetstream.Stream
+	consumer jetstream.Consumer
+}
+
+// Open creates or updates the stream and the durable consumer on nc.
+// Several instances may call it at once.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
+	cfg = cfg.withDefaults()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		return nil, err
+	}
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       StreamName,
+		Subjects:   []string{SubjectPrefix + "*"},
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		MaxAge:     cfg.MaxAge,
+		Duplicates: cfg.DuplicateWindow,
+		Replicas:   cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orderqueue: stream: %w", err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxAckPending: cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: SubjectPrefix + "*",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orderqueue: consumer: %w", err)
+	}
+	return &Queue{js: js, stream: st, consumer: cons}, nil
+}
+
+// Message is one reservation to publish.
+type Message struct {
+	ID   string // order id; the broker's de-duplication id
+	SKU  string
+	Data []byte
+}
+
+// Publish sends msgs and waits for the stream's acknowledgement of each.
+// The returned slice has one error per message (nil: stored durably).
+func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
+	errs := make([]error, len(msgs))
+	futs := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		futs[i], errs[i] = q.js.PublishMsgAsync(&nats.Msg{Subject: SubjectPrefix + m.SKU, Data: m.Data},
+			jetstream.WithMsgID(m.ID), jetstream.WithExpectStream(StreamName))
+	}
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = err
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+		}
+	}
+	return errs
+}
+
+// Consumer returns the durable consumer the appliers share.
+func (q *Queue) Consumer() jetstream.Consumer { return q.consumer }
+
+// Stats is the queue's backlog.
+type Stats struct {
+	Messages   uint64 // stored in the stream
+	Pending    uint64 // not yet delivered to the consumer
+	AckPending int    // delivered, not yet acknowledged
+}
+
+// Stats reads the backlog from the broker.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	ci, err := q.consumer.Info(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	si, err := q.stream.Info(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{Messages: si.State.Msgs, Pending: ci.NumPending, AckPending: ci.NumAckPending}, nil
+}
+
+// Ping checks the stream answers.
+func (q *Queue) Ping(ctx context.Context) error {
+	_, err := q.stream.Info(ctx)
+	return err
+}
+
+// JetStream exposes the client for tools and tests (replay, inspection).
+func (q *Queue) JetStream() jetstream.JetStream { return q.js }
+
+// ErrClosed is returned by consumers when the connection is gone for good.
+var ErrClosed = errors.New("orderqueue: closed")

@@ -1,0 +1,235 @@
+// Package purchase is the request path of a purchase: cheap in-memory checks
+// first (input, known SKU, sale window, per-user limit), then the Redis gate,
+// then the hand-off to the relay. It also answers order and SKU look-ups.
+package purchase
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/stockgate"
+)
+
+// Gate is the Redis gate as the purchase path uses it.
+type Gate interface {
+	Reserve(ctx context.Context, r sale.Reservation) (stockgate.ReserveResult, error)
+	Lookup(ctx context.Context, sku, orderID string) (sale.Reservation, bool, error)
+	Available(ctx context.Context, sku string) (int64, bool, error)
+}
+
+// Notifier hands an accepted reservation to the relay's fast path.
+type Notifier interface {
+	Notify(sku, orderID string, payload []byte)
+}
+
+// OrderReader reads orders from the database of record.
+type OrderReader interface {
+	Order(ctx context.Context, id string) (sale.Order, error)
+}
+
+// Observer is told the outcome of every purchase (metrics); nil is fine.
+type Observer interface {
+	Purchase(outcome string)
+}
+
+// Service is the purchase path. Safe for concurrent use.
+type Service struct {
+	Catalog *Catalog
+	gate    Gate
+	relay   Notifier
+	orders  OrderReader
+	log     *slog.Logger
+	obs     Observer
+	now     func() time.Time
+}
+
+// New returns a purchase service.
+func New(cat *Catalog, gate Gate, relay Notifier, orders OrderReader, log *slog.Logger, obs Observer) *Service {
+	return &Service{Catalog: cat, gate: gate, relay: relay, orders: orders, log: log, obs: obs, now: time.Now}
+}
+
+// Request is one purchase as the API received it (user already authenticated).
+type Request struct {
+	User           string
+	SKU            string
+	Quantity       int64
+	IdempotencyKey string
+}
+
+// Result is an accepted purchase.
+type Result struct {
+	OrderID string
+	// Duplicate is true when the Idempotency-Key had already made this order.
+	Duplicate bool
+}
+
+// Buy admits or refuses a purchase. Errors: sale.ErrInvalid, ErrUnknownSKU,
+// ErrSaleNotOpen, ErrSaleEnded, ErrLimitReached, ErrSoldOut, and
+// ErrUnavailable (Redis not usable, or the SKU not loaded in it). An accepted
+// purchase is queued: it becomes an order in the database shortly after.
+func (s *Service) Buy(ctx context.Context, req Request) (Result, error) {
+	res, err := s.buy(ctx, req)
+	if s.obs != nil {
+		s.obs.Purchase(outcomeOf(err))
+	}
+	return res, err
+}
+
+func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
+	switch {
+	case !sale.ValidUser(req.User):
+		return Result{}, fmt.Errorf("%w: bad user id", sale.ErrInvalid)
+	case !sale.ValidSKU(req.SKU):
+		return Result{}, fmt.Errorf("%w: sku_id must be 1-64 characters of A-Z a-z 0-9 _ -", sale.ErrInvalid)
+	case req.Quantity < 1 || req.Quantity > sale.MaxQuantity:
+		return Result{}, fmt.Errorf("%w: quantity must be 1..%d", sale.ErrInvalid, sale.MaxQuantity)
+	case req.IdempotencyKey != "" && !sale.ValidIdempotencyKey(req.IdempotencyKey):
+		return Result{}, fmt.Errorf("%w: Idempotency-Key must be 1-%d printable ASCII characters", sale.ErrInvalid, sale.MaxIdempotencyKey)
+	}
+	sku, ok := s.Catalog.Get(req.SKU)
+	if !ok {
+		return Result{}, sale.ErrUnknownSKU
+	}
+	now := s.now()
+	if !sku.StartsAt.IsZero() && now.Before(sku.StartsAt) {
+		return Result{}, sale.ErrSaleNotOpen
+	}
+	if !sku.EndsAt.IsZero() && !now.Before(sku.EndsAt) {
+		return Result{}, sale.ErrSaleEnded
+	}
+	if req.Quantity > sku.PerUserLimit {
+		return Result{}, sale.ErrLimitReached
+	}
+	r := sale.Reservation{
+		OrderID:        uuid.Must(uuid.NewV7()).String(),
+		SKU:            req.SKU,
+		User:           req.User,
+		Quantity:       req.Quantity,
+		AcceptedAt:     now.UnixMilli(),
+		IdempotencyKey: req.IdempotencyKey,
+	}
+	gr, err := s.gate.Reserve(ctx, r)
+	switch {
+	case err == nil:
+	case errors.Is(err, sale.ErrNotWarmed):
+		return Result{}, fmt.Errorf("%w: sale %s is not loaded in redis", sale.ErrUnavailable, req.SKU)
+	case isBusiness(err):
+		return Result{}, err
+	default:
+		// The script may have run: its reply was lost. The reservation id
+		// tells whether it exists; never assume it failed.
+		return s.resolveUnknown(r, err)
+	}
+	if !gr.Duplicate {
+		s.relay.Notify(r.SKU, gr.OrderID, gr.Payload)
+	}
+	return Result{OrderID: gr.OrderID, Duplicate: gr.Duplicate}, nil
+}
+
+func (s *Service) resolveUnknown(r sale.Reservation, cause error) (Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, found, err := s.gate.Lookup(ctx, r.SKU, r.OrderID); err == nil && found {
+		// Accepted: the relay's sweeper publishes it from the outbox.
+		return Result{OrderID: r.OrderID}, nil
+	}
+	s.log.Warn("purchase: gate outcome unknown", "order_id", r.OrderID, "err", cause)
+	return Result{}, fmt.Errorf("%w: %v", sale.ErrUnavailable, cause)
+}
+
+func isBusiness(err error) bool {
+	for _, e := range []error{sale.ErrSoldOut, sale.ErrLimitReached, sale.ErrSaleNotOpen, sale.ErrSaleEnded, sale.ErrInvalid} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func outcomeOf(err error) string {
+	switch {
+	case err == nil:
+		return "accepted"
+	case errors.Is(err, sale.ErrSoldOut):
+		return "sold_out"
+	case errors.Is(err, sale.ErrLimitReached):
+		return "limit_reached"
+	case errors.Is(err, sale.ErrUnknownSKU):
+		return "unknown_sku"
+	case errors.Is(err, sale.ErrSaleNotOpen), errors.Is(err, sale.ErrSaleEnded):
+		return "not_open"
+	case errors.Is(err, sale.ErrInvalid):
+		return "invalid"
+	}
+	return "error"
+}
+
+// Order returns order id if user owns it: from the database, or, while it
+// is still queued, from the gate. Errors: sale.ErrOrderNotFound (also when
+// another user owns it: ids of others' orders are not disclosed).
+func (s *Service) Order(ctx context.Context, user, id string) (sale.Order, error) {
+	if !sale.ValidOrderID(id) {
+		return sale.Order{}, sale.ErrOrderNotFound
+	}
+	o, err := s.orders.Order(ctx, id)
+	if err == nil {
+		if o.User != user {
+			return sale.Order{}, sale.ErrOrderNotFound
+		}
+		return o, nil
+	}
+	if !errors.Is(err, sale.ErrOrderNotFound) {
+		return sale.Order{}, err
+	}
+	// Queued orders live in the gate under their SKU. The id does not name
+	// the SKU, so look in each loaded sale (a handful during a sale).
+	for _, sku := range s.Catalog.All() {
+		r, found, err := s.gate.Lookup(ctx, sku.ID, id)
+		if err != nil {
+			return sale.Order{}, err
+		}
+		if found {
+			if r.User != user {
+				return sale.Order{}, sale.ErrOrderNotFound
+			}
+			return sale.Order{ID: r.OrderID, SKU: r.SKU, User: r.User, Quantity: r.Quantity,
+				Status: sale.StatusQueued, CreatedAt: time.UnixMilli(r.AcceptedAt).UTC()}, nil
+		}
+	}
+	// It may have been applied between the two reads.
+	o, err = s.orders.Order(ctx, id)
+	if err == nil && o.User == user {
+		return o, nil
+	}
+	return sale.Order{}, sale.ErrOrderNotFound
+}
+
+// SKUView is what a buyer sees of a sale.
+type SKUView struct {
+	SKU       sale.SKU
+	Available int64
+	State     sale.SaleState
+}
+
+// SKU returns the public view of a sale: units available in Redis (the
+// database stock when Redis does not hold it) and its state.
+func (s *Service) SKU(ctx context.Context, id string) (SKUView, error) {
+	if !sale.ValidSKU(id) {
+		return SKUView{}, sale.ErrUnknownSKU
+	}
+	sku, ok := s.Catalog.Get(id)
+	if !ok {
+		return SKUView{}, sale.ErrUnknownSKU
+	}
+	avail, loaded, err := s.gate.Available(ctx, id)
+	if err != nil || !loaded {
+		avail = sku.Stock
+	}
+	return SKUView{SKU: sku, Available: max(avail, 0), State: sku.State(s.now(), avail)}, nil
+}

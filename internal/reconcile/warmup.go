@@ -1,0 +1,173 @@
+// Package reconcile keeps Redis in step with the database of record: it
+// loads sales into the gate (warm-up), re-synchronises them without
+// re-selling units in flight, and applies admin stock changes to both sides
+// in the order that can never oversell.
+package reconcile
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/flashsale/flashsale/internal/orderstore"
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/stockgate"
+)
+
+// Store is the database side.
+type Store interface {
+	SKU(ctx context.Context, id string) (sale.SKU, error)
+	PutSKU(ctx context.Context, c orderstore.SKUChange) (sale.SKU, int64, bool, error)
+	Snapshot(ctx context.Context, sku string, ids []string) (int64, map[string]sale.Status, error)
+	LiveHoldings(ctx context.Context, sku string) (map[string]int64, error)
+}
+
+// Gate is the Redis side.
+type Gate interface {
+	Seed(ctx context.Context, sku string, cfg stockgate.Config, available int64, holdings map[string]int64, epoch string) (bool, error)
+	ReadInFlight(ctx context.Context, sku string) (stockgate.InFlight, error)
+	Resync(ctx context.Context, sku string, cfg stockgate.Config, f stockgate.InFlight, dbStock int64, processed map[string]bool) (int64, error)
+	Adjust(ctx context.Context, sku string, cfg stockgate.Config, delta int64) (int64, error)
+}
+
+// Syncer loads and re-synchronises sales between the database and Redis.
+type Syncer struct {
+	store Store
+	gate  Gate
+	log   *slog.Logger
+}
+
+// NewSyncer returns a Syncer.
+func NewSyncer(store Store, gate Gate, log *slog.Logger) *Syncer {
+	return &Syncer{store: store, gate: gate, log: log}
+}
+
+// WarmResult says what Warm did.
+type WarmResult struct {
+	SKU       string `json:"sku_id"`
+	Seeded    bool   `json:"seeded"` // Redis did not hold the sale and was loaded from scratch
+	Available int64  `json:"available"`
+	DBStock   int64  `json:"db_stock"`
+	InFlight  int64  `json:"in_flight"`
+}
+
+// Warm loads sku into Redis from the database, or re-synchronises it if Redis
+// already holds it: available = database stock - units in flight (reserved
+// in Redis, not yet applied in the database). It never re-sells units in
+// flight; a reservation racing with it can only make Redis show fewer units
+// for a moment. Errors wrap sale.ErrUnknownSKU when the SKU does not exist.
+func (s *Syncer) Warm(ctx context.Context, id string) (WarmResult, error) {
+	sku, err := s.store.SKU(ctx, id)
+	if err != nil {
+		return WarmResult{}, err
+	}
+	cfg := stockgate.ConfigOf(sku)
+	f, err := s.gate.ReadInFlight(ctx, id)
+	if err != nil {
+		return WarmResult{}, err
+	}
+	if !f.Loaded {
+		holdings, err := s.store.LiveHoldings(ctx, id)
+		if err != nil {
+			return WarmResult{}, err
+		}
+		seeded, err := s.gate.Seed(ctx, id, cfg, sku.Stock, holdings, newEpoch())
+		if err != nil {
+			return WarmResult{}, err
+		}
+		if seeded {
+			s.log.Info("sale loaded into redis", "sku_id", id, "available", sku.Stock)
+			return WarmResult{SKU: id, Seeded: true, Available: sku.Stock, DBStock: sku.Stock}, nil
+		}
+		// Another instance loaded it meanwhile: resynchronise instead.
+		if f, err = s.gate.ReadInFlight(ctx, id); err != nil {
+			return WarmResult{}, err
+		}
+	}
+	ids := make([]string, len(f.Reservations))
+	for i, r := range f.Reservations {
+		ids[i] = r.OrderID
+	}
+	stock, processed, err := s.store.Snapshot(ctx, id, ids)
+	if err != nil {
+		return WarmResult{}, err
+	}
+	refused := make(map[string]bool, len(processed))
+	var flying int64
+	for _, r := range f.Reservations {
+		st, done := processed[r.OrderID]
+		if !done {
+			flying += r.Quantity
+			continue
+		}
+		refused[r.OrderID] = st == sale.StatusFailed
+	}
+	avail, err := s.gate.Resync(ctx, id, cfg, f, stock, refused)
+	if err != nil {
+		return WarmResult{}, err
+	}
+	return WarmResult{SKU: id, Available: avail, DBStock: stock, InFlight: flying}, nil
+}
+
+// Put creates or changes a sale. TotalStock is the sale's allocation: a
+// change adds the difference to the database stock and to Redis' available
+// units. A reduction is taken from Redis first, and only from units not
+// reserved, so no buyer who was accepted loses their unit; it fails with
+// sale.ErrStockConflict when too few units are left.
+func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, bool, error) {
+	cfg := stockgate.Config{PerUserLimit: c.PerUserLimit, StartsAt: c.StartsAt, EndsAt: c.EndsAt}
+	cur, err := s.store.SKU(ctx, c.ID)
+	exists := err == nil
+	if err != nil && !errors.Is(err, sale.ErrUnknownSKU) {
+		return sale.SKU{}, false, err
+	}
+	var takenFromRedis int64
+	redisLoaded := true
+	if exists && c.TotalStock < cur.TotalStock {
+		delta := c.TotalStock - cur.TotalStock
+		_, err := s.gate.Adjust(ctx, c.ID, cfg, delta)
+		switch {
+		case err == nil:
+			takenFromRedis = delta
+		case errors.Is(err, sale.ErrNotWarmed):
+			redisLoaded = false
+		default:
+			return sale.SKU{}, false, err
+		}
+	}
+	sku, delta, created, err := s.store.PutSKU(ctx, c)
+	if err != nil {
+		if takenFromRedis != 0 {
+			if _, gerr := s.gate.Adjust(ctx, c.ID, stockgate.ConfigOf(cur), -takenFromRedis); gerr != nil {
+				s.log.Error("admin: could not give back units taken from redis; reconcile will", "sku_id", c.ID, "units", -takenFromRedis, "err", gerr)
+			}
+		}
+		return sale.SKU{}, false, err
+	}
+	if created || !redisLoaded {
+		if _, err := s.Warm(ctx, c.ID); err != nil {
+			return sku, created, fmt.Errorf("saved, but loading redis failed (retry warmup): %w", err)
+		}
+		return sku, created, nil
+	}
+	// Apply the rest of the change (a restock, a concurrent admin's change,
+	// or only the settings) to Redis.
+	if _, err := s.gate.Adjust(ctx, c.ID, cfg, delta-takenFromRedis); err != nil {
+		if errors.Is(err, sale.ErrNotWarmed) {
+			_, err = s.Warm(ctx, c.ID)
+		}
+		if err != nil {
+			return sku, false, fmt.Errorf("saved, but updating redis failed (retry warmup): %w", err)
+		}
+	}
+	return sku, false, nil
+}
+
+func newEpoch() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,204 @@
+// Package relay moves accepted reservations from the gate's Redis outbox to
+// the JetStream stream. An outbox entry is removed only after the stream has
+// acknowledged it, so a reservation survives a crash of this process and an
+// outage of the broker; it may be published more than once (the broker's
+// Msg-Id window and the database's idempotency log absorb that).
+//
+// Two paths feed the stream: a fast path, handed each reservation right after
+// the gate accepted it, and a sweeper that publishes whatever the outbox still
+// holds after a grace period (crash recovery, broker outages, other instances'
+// leftovers).
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/failpoint"
+	"github.com/flashsale/flashsale/internal/orderqueue"
+	"github.com/flashsale/flashsale/internal/stockgate"
+)
+
+// Outbox is the gate's side of the relay.
+type Outbox interface {
+	SKUs(ctx context.Context) ([]string, error)
+	Outbox(ctx context.Context, sku string, before time.Time, limit int) ([]stockgate.Pending, error)
+	Unqueue(ctx context.Context, sku string, ids ...string) error
+}
+
+// Publisher is the stream's side of the relay.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []orderqueue.Message) []error
+}
+
+// Config tunes the relay. Zero values take the defaults.
+type Config struct {
+	// Batch is the most messages published at once (default 512).
+	Batch int
+	// Grace is how old an outbox entry must be before the sweeper takes it,
+	// leaving the fast path time to do its job (default 2s).
+	Grace time.Duration
+	// SweepEvery is the sweeper's period (default 1s).
+	SweepEvery time.Duration
+	// Timeout bounds one publish round (default 10s).
+	Timeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Batch == 0 {
+		c.Batch = 512
+	}
+	if c.Grace == 0 {
+		c.Grace = 2 * time.Second
+	}
+	if c.SweepEvery == 0 {
+		c.SweepEvery = time.Second
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	return c
+}
+
+// Relay publishes outbox entries. Create it with New, start it with Run.
+type Relay struct {
+	box  Outbox
+	pub  Publisher
+	log  *slog.Logger
+	cfg  Config
+	fast chan orderqueue.Message
+}
+
+// New returns a relay from box to pub.
+func New(box Outbox, pub Publisher, log *slog.Logger, cfg Config) *Relay {
+	cfg = cfg.withDefaults()
+	return &Relay{box: box, pub: pub, log: log, cfg: cfg, fast: make(chan orderqueue.Message, 4*cfg.Batch)}
+}
+
+// Notify hands a just-accepted reservation to the fast path. It never blocks:
+// when the fast path is full the sweeper publishes the entry later.
+func (r *Relay) Notify(sku, orderID string, payload []byte) {
+	select {
+	case r.fast <- orderqueue.Message{ID: orderID, SKU: sku, Data: payload}:
+	default:
+	}
+}
+
+// Run publishes until ctx is done.
+func (r *Relay) Run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.runFast(ctx)
+	}()
+	t := time.NewTicker(r.cfg.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			<-done
+			return
+		case now := <-t.C:
+			if _, err := r.SweepOnce(ctx, now); err != nil && ctx.Err() == nil {
+				r.log.Warn("relay sweep", "err", err)
+			}
+		}
+	}
+}
+
+func (r *Relay) runFast(ctx context.Context) {
+	batch := make([]orderqueue.Message, 0, r.cfg.Batch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-r.fast:
+			batch = append(batch, m)
+		}
+	fill:
+		for len(batch) < r.cfg.Batch {
+			select {
+			case m := <-r.fast:
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		r.publish(ctx, batch)
+	}
+}
+
+// SweepOnce publishes every outbox entry accepted before now minus the grace
+// period, on every SKU, and returns how many reached the stream.
+func (r *Relay) SweepOnce(ctx context.Context, now time.Time) (int, error) {
+	skus, err := r.box.SKUs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, sku := range skus {
+		for {
+			pend, err := r.box.Outbox(ctx, sku, now.Add(-r.cfg.Grace), r.cfg.Batch)
+			if err != nil {
+				return total, err
+			}
+			if len(pend) == 0 {
+				break
+			}
+			msgs := make([]orderqueue.Message, 0, len(pend))
+			var closed []string
+			for _, p := range pend {
+				if p.Payload == nil {
+					closed = append(closed, p.OrderID)
+					continue
+				}
+				msgs = append(msgs, orderqueue.Message{ID: p.OrderID, SKU: sku, Data: p.Payload})
+			}
+			if len(closed) > 0 {
+				if err := r.box.Unqueue(ctx, sku, closed...); err != nil {
+					return total, err
+				}
+			}
+			n := r.publish(ctx, msgs)
+			total += n
+			if n < len(msgs) || len(pend) < r.cfg.Batch {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// publish sends msgs and removes the acknowledged ones from the outbox.
+// It returns how many were acknowledged.
+func (r *Relay) publish(ctx context.Context, msgs []orderqueue.Message) int {
+	if len(msgs) == 0 {
+		return 0
+	}
+	failpoint.Inject(failpoint.AfterGateBeforeRelay)
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	errs := r.pub.Publish(pctx, msgs)
+	acked := map[string][]string{}
+	n := 0
+	for i, err := range errs {
+		if err != nil {
+			r.log.Debug("relay publish", "order_id", msgs[i].ID, "err", err)
+			continue
+		}
+		acked[msgs[i].SKU] = append(acked[msgs[i].SKU], msgs[i].ID)
+		n++
+	}
+	for sku, ids := range acked {
+		if err := r.box.Unqueue(ctx, sku, ids...); err != nil {
+			// The entries stay; the sweeper publishes them again (de-duplicated).
+			r.log.Warn("relay unqueue", "sku_id", sku, "err", err)
+		}
+	}
+	if n < len(msgs) {
+		r.log.Warn("relay: stream did not acknowledge", "failed", len(msgs)-n, "of", len(msgs))
+	}
+	return n
+}

@@ -1,0 +1,28 @@
+-- finalize.lua: close reservations the database has decided, exactly once.
+-- The res entry is the token: whoever removes it does the Redis side of the
+-- outcome; a second call finds no entry and does nothing.
+-- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox
+-- ARGV: pairs of (order_id, outcome) where outcome is
+--   'a' applied in the database: the units stay sold; forget the reservation
+--   'f' refused by the database: give the units and the buyer's slot back
+-- Returns {closed_applied, compensated_units}
+local applied, units = 0, 0
+for i = 1, #ARGV, 2 do
+  local id, outcome = ARGV[i], ARGV[i + 1]
+  local payload = redis.call('HGET', KEYS[3], id)
+  if payload then
+    if outcome == 'f' then
+      local r = cjson.decode(payload)
+      local qty = tonumber(r['quantity'])
+      redis.call('HINCRBY', KEYS[1], 'avail', qty)
+      local left = redis.call('HINCRBY', KEYS[2], r['user_id'], -qty)
+      if left <= 0 then redis.call('HDEL', KEYS[2], r['user_id']) end
+      units = units + qty
+    else
+      applied = applied + 1
+    end
+    redis.call('HDEL', KEYS[3], id)
+  end
+  redis.call('ZREM', KEYS[4], id)
+end
+return {applied, units}

@@ -1,0 +1,431 @@
+// Package stockgate is the Redis gate: one atomic Lua script per purchase
+// checks the sale window, stock and per-user limit, takes the units, remembers
+// the buyer and records the reservation in an outbox that cannot be lost.
+//
+// Keys of one SKU share the hash tag {sku_id}, so every script touches one
+// Redis Cluster slot:
+//
+//	<prefix>:{sku}:meta    hash  avail, limit, starts, ends, reserved, epoch
+//	<prefix>:{sku}:buyers  hash  user -> units held
+//	<prefix>:{sku}:res     hash  order_id -> reservation JSON (in flight)
+//	<prefix>:{sku}:outbox  zset  order_id by accepted ms (not yet in the stream)
+//	<prefix>:{sku}:idem    hash  user NUL Idempotency-Key -> order_id
+//	<prefix>:skus          set   SKUs loaded (scanned by the relay)
+package stockgate
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/flashsale/flashsale/internal/sale"
+)
+
+var (
+	//go:embed reserve.lua
+	reserveLua string
+	//go:embed finalize.lua
+	finalizeLua string
+	//go:embed seed.lua
+	seedLua string
+	//go:embed inflight.lua
+	inflightLua string
+	//go:embed resync.lua
+	resyncLua string
+	//go:embed adjust.lua
+	adjustLua string
+	//go:embed expire.lua
+	expireLua string
+)
+
+// Gate is the Redis side of the purchase path. It is safe for concurrent use.
+type Gate struct {
+	c        rueidis.Client
+	prefix   string
+	reserve  *rueidis.Lua
+	finalize *rueidis.Lua
+	seed     *rueidis.Lua
+	inflight *rueidis.Lua
+	resync   *rueidis.Lua
+	adjust   *rueidis.Lua
+	expire   *rueidis.Lua
+}
+
+// New returns a Gate on client c whose keys all start with prefix + ":".
+// Scripts run by EVALSHA with a NOSCRIPT fallback (they survive a Redis restart).
+// rueidis does not retry scripts, so an error never means "ran twice".
+func New(c rueidis.Client, prefix string) *Gate {
+	return &Gate{
+		c:        c,
+		prefix:   prefix,
+		reserve:  rueidis.NewLuaScript(reserveLua),
+		finalize: rueidis.NewLuaScript(finalizeLua),
+		seed:     rueidis.NewLuaScript(seedLua),
+		inflight: rueidis.NewLuaScriptReadOnly(inflightLua),
+		resync:   rueidis.NewLuaScript(resyncLua),
+		adjust:   rueidis.NewLuaScript(adjustLua),
+		expire:   rueidis.NewLuaScript(expireLua),
+	}
+}
+
+// Keys names the Redis keys of one SKU.
+type Keys struct{ Meta, Buyers, Res, Outbox, Idem string }
+
+// KeysOf returns the keys of sku.
+func (g *Gate) KeysOf(sku string) Keys {
+	base := g.prefix + ":{" + sku + "}:"
+	return Keys{Meta: base + "meta", Buyers: base + "buyers", Res: base + "res", Outbox: base + "outbox", Idem: base + "idem"}
+}
+
+func (g *Gate) registry() string { return g.prefix + ":skus" }
+
+// ReserveResult is what the gate decided for an admitted purchase.
+type ReserveResult struct {
+	OrderID string
+	// Duplicate is true when the Idempotency-Key (or order id) already made
+	// OrderID: nothing new was reserved.
+	Duplicate bool
+	// Available is the number of units left after this reservation (0 for duplicates).
+	Available int64
+	// Payload is the reservation as recorded in the outbox (nil for duplicates).
+	Payload []byte
+}
+
+// Reserve admits r atomically or refuses it. r.OrderID and r.AcceptedAt must
+// be set by the caller; r is stored as the outbox payload. Errors:
+// sale.ErrSoldOut, sale.ErrLimitReached, sale.ErrSaleNotOpen, sale.ErrSaleEnded,
+// sale.ErrNotWarmed (nothing known for the SKU: never sell against it), and
+// transport errors, whose outcome is unknown: the reservation may exist (look
+// it up with Lookup or retry with the same Idempotency-Key), never assume it failed.
+func (g *Gate) Reserve(ctx context.Context, r sale.Reservation) (ReserveResult, error) {
+	if err := r.Validate(); err != nil {
+		return ReserveResult{}, fmt.Errorf("%w: %v", sale.ErrInvalid, err)
+	}
+	payload, err := json.Marshal(r)
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	k := g.KeysOf(r.SKU)
+	idem := ""
+	if r.IdempotencyKey != "" {
+		idem = r.User + "\x00" + r.IdempotencyKey
+	}
+	vals, err := g.reserve.Exec(ctx, g.c,
+		[]string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem},
+		[]string{r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10), strconv.FormatInt(r.AcceptedAt, 10), idem, string(payload)},
+	).ToArray()
+	if err != nil {
+		return ReserveResult{}, fmt.Errorf("stockgate: reserve: %w", err)
+	}
+	code, err := vals[0].AsInt64()
+	if err != nil {
+		return ReserveResult{}, fmt.Errorf("stockgate: reserve reply: %w", err)
+	}
+	switch code {
+	case 1:
+		avail, _ := vals[2].AsInt64()
+		return ReserveResult{OrderID: r.OrderID, Available: avail, Payload: payload}, nil
+	case 2:
+		id, _ := vals[1].ToString()
+		return ReserveResult{OrderID: id, Duplicate: true}, nil
+	case 0:
+		return ReserveResult{}, sale.ErrSoldOut
+	case -1:
+		return ReserveResult{}, sale.ErrLimitReached
+	case -2:
+		return ReserveResult{}, sale.ErrNotWarmed
+	case -3:
+		return ReserveResult{}, sale.ErrSaleNotOpen
+	case -4:
+		return ReserveResult{}, sale.ErrSaleEnded
+	}
+	return ReserveResult{}, fmt.Errorf("stockgate: reserve: unexpected code %d", code)
+}
+
+// Outcome is the database's decision on a reservation, as the gate closes it.
+type Outcome struct {
+	OrderID string
+	// Refused is true when the database refused it: its units and the buyer's
+	// slot go back to Redis.
+	Refused bool
+}
+
+// Finalize closes reservations of sku the database has decided: applied ones
+// are forgotten (their units stay sold), refused ones give their units and
+// buyer slot back. Exactly once per reservation, however often it is called:
+// the in-flight entry is the token. Returns the units given back.
+func (g *Gate) Finalize(ctx context.Context, sku string, outcomes []Outcome) (units int64, err error) {
+	if len(outcomes) == 0 {
+		return 0, nil
+	}
+	args := make([]string, 0, 2*len(outcomes))
+	for _, o := range outcomes {
+		flag := "a"
+		if o.Refused {
+			flag = "f"
+		}
+		args = append(args, o.OrderID, flag)
+	}
+	k := g.KeysOf(sku)
+	vals, err := g.finalize.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox}, args).AsIntSlice()
+	if err != nil {
+		return 0, fmt.Errorf("stockgate: finalize: %w", err)
+	}
+	return vals[1], nil
+}
+
+// Config is the sale configuration the gate enforces.
+type Config struct {
+	PerUserLimit     int64
+	StartsAt, EndsAt time.Time
+}
+
+// ConfigOf returns the gate configuration of s.
+func ConfigOf(s sale.SKU) Config {
+	return Config{PerUserLimit: s.PerUserLimit, StartsAt: s.StartsAt, EndsAt: s.EndsAt}
+}
+
+func ms(t time.Time) string {
+	if t.IsZero() {
+		return "0"
+	}
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+// Seed loads a SKU that Redis does not hold: available units, configuration,
+// and the buyers' holdings (user -> units of live orders). It returns false
+// and changes nothing if the SKU is already loaded (use Resync then).
+func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, epoch string) (bool, error) {
+	k := g.KeysOf(sku)
+	args := []string{strconv.FormatInt(available, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), epoch}
+	for u, n := range holdings {
+		args = append(args, u, strconv.FormatInt(n, 10))
+	}
+	n, err := g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers}, args).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("stockgate: seed: %w", err)
+	}
+	if n == 1 {
+		if err := g.c.Do(ctx, g.c.B().Sadd().Key(g.registry()).Member(sku).Build()).Error(); err != nil {
+			return true, fmt.Errorf("stockgate: register: %w", err)
+		}
+	}
+	return n == 1, nil
+}
+
+// InFlight is an atomic read of a SKU's reservations not yet closed.
+type InFlight struct {
+	Loaded       bool
+	Reserved     int64 // the monotonic reserved-units counter at the time of the read
+	Available    int64
+	Reservations []sale.Reservation
+}
+
+// Units returns the total quantity of the reservations.
+func (f InFlight) Units() int64 {
+	var n int64
+	for _, r := range f.Reservations {
+		n += r.Quantity
+	}
+	return n
+}
+
+// ReadInFlight returns, in one atomic step, the SKU's in-flight reservations,
+// its reserved counter and available units.
+func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
+	k := g.KeysOf(sku)
+	vals, err := g.inflight.Exec(ctx, g.c, []string{k.Meta, k.Res}, nil).ToArray()
+	if err != nil {
+		return InFlight{}, fmt.Errorf("stockgate: read in-flight: %w", err)
+	}
+	loaded, _ := vals[0].AsInt64()
+	var f InFlight
+	f.Loaded = loaded == 1
+	f.Reserved, _ = vals[1].AsInt64()
+	f.Available, _ = vals[2].AsInt64()
+	kv, err := vals[3].AsStrSlice()
+	if err != nil {
+		return InFlight{}, fmt.Errorf("stockgate: read in-flight: %w", err)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		var r sale.Reservation
+		if err := json.Unmarshal([]byte(kv[i+1]), &r); err != nil {
+			return InFlight{}, fmt.Errorf("stockgate: in-flight entry %s: %w", kv[i], err)
+		}
+		f.Reservations = append(f.Reservations, r)
+	}
+	return f, nil
+}
+
+// Resync sets a loaded SKU's available units from a database snapshot taken
+// after f was read: available = dbStock - (units of f not processed) -
+// (units reserved since f was read). processed maps the ids of f the database
+// has decided to true when refused; those entries are closed here.
+// Returns sale.ErrNotWarmed when the SKU is not loaded.
+func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, dbStock int64, processed map[string]bool) (int64, error) {
+	var pending int64
+	args := []string{strconv.FormatInt(dbStock, 10), strconv.FormatInt(f.Reserved, 10), "",
+		strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt)}
+	for _, r := range f.Reservations {
+		refused, done := processed[r.OrderID]
+		if !done {
+			pending += r.Quantity
+			continue
+		}
+		flag := "a"
+		if refused {
+			flag = "f"
+		}
+		args = append(args, r.OrderID, flag)
+	}
+	args[2] = strconv.FormatInt(pending, 10)
+	k := g.KeysOf(sku)
+	vals, err := g.resync.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox}, args).AsIntSlice()
+	if err != nil {
+		return 0, fmt.Errorf("stockgate: resync: %w", err)
+	}
+	if vals[0] == -2 {
+		return 0, sale.ErrNotWarmed
+	}
+	return vals[0], nil
+}
+
+// Adjust changes a loaded SKU's available units by delta and sets its
+// configuration. A reduction larger than the units available is refused with
+// sale.ErrStockConflict (units already reserved are never taken back);
+// sale.ErrNotWarmed when the SKU is not loaded.
+func (g *Gate) Adjust(ctx context.Context, sku string, cfg Config, delta int64) (int64, error) {
+	k := g.KeysOf(sku)
+	vals, err := g.adjust.Exec(ctx, g.c, []string{k.Meta},
+		[]string{strconv.FormatInt(delta, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt)},
+	).AsIntSlice()
+	if err != nil {
+		return 0, fmt.Errorf("stockgate: adjust: %w", err)
+	}
+	switch vals[0] {
+	case -2:
+		return 0, sale.ErrNotWarmed
+	case 0:
+		return vals[1], fmt.Errorf("%w: %d units available in redis, reduction of %d", sale.ErrStockConflict, vals[1], -delta)
+	}
+	return vals[1], nil
+}
+
+// Available returns the units available in Redis; ok is false when the SKU is not loaded.
+func (g *Gate) Available(ctx context.Context, sku string) (n int64, ok bool, err error) {
+	n, err = g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Meta).Field("avail").Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("stockgate: available: %w", err)
+	}
+	return n, true, nil
+}
+
+// Held returns the units user holds of sku according to Redis.
+func (g *Gate) Held(ctx context.Context, sku, user string) (int64, error) {
+	n, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Buyers).Field(user).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// Lookup returns the in-flight reservation orderID of sku, if any.
+func (g *Gate) Lookup(ctx context.Context, sku, orderID string) (sale.Reservation, bool, error) {
+	b, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Res).Field(orderID).Build()).AsBytes()
+	if rueidis.IsRedisNil(err) {
+		return sale.Reservation{}, false, nil
+	}
+	if err != nil {
+		return sale.Reservation{}, false, fmt.Errorf("stockgate: lookup: %w", err)
+	}
+	var r sale.Reservation
+	if err := json.Unmarshal(b, &r); err != nil {
+		return sale.Reservation{}, false, fmt.Errorf("stockgate: lookup %s: %w", orderID, err)
+	}
+	return r, true, nil
+}
+
+// Pending is an outbox entry: a reservation not yet acknowledged by the stream.
+type Pending struct {
+	OrderID string
+	Payload []byte // nil if the reservation is already closed (just drop the entry)
+}
+
+// Outbox returns up to limit outbox entries of sku accepted at or before before.
+func (g *Gate) Outbox(ctx context.Context, sku string, before time.Time, limit int) ([]Pending, error) {
+	k := g.KeysOf(sku)
+	ids, err := g.c.Do(ctx, g.c.B().Zrange().Key(k.Outbox).Min("-inf").Max(strconv.FormatInt(before.UnixMilli(), 10)).
+		Byscore().Limit(0, int64(limit)).Build()).AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("stockgate: outbox: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	vals, err := g.c.Do(ctx, g.c.B().Hmget().Key(k.Res).Field(ids...).Build()).ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("stockgate: outbox payloads: %w", err)
+	}
+	out := make([]Pending, len(ids))
+	for i, id := range ids {
+		out[i].OrderID = id
+		if b, err := vals[i].AsBytes(); err == nil {
+			out[i].Payload = b
+		}
+	}
+	return out, nil
+}
+
+// OutboxLen returns the number of outbox entries of sku.
+func (g *Gate) OutboxLen(ctx context.Context, sku string) (int64, error) {
+	return g.c.Do(ctx, g.c.B().Zcard().Key(g.KeysOf(sku).Outbox).Build()).AsInt64()
+}
+
+// Unqueue removes outbox entries of sku once the stream has acknowledged them.
+func (g *Gate) Unqueue(ctx context.Context, sku string, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return g.c.Do(ctx, g.c.B().Zrem().Key(g.KeysOf(sku).Outbox).Member(ids...).Build()).Error()
+}
+
+// SKUs returns the SKUs loaded in Redis (the relay's work list).
+func (g *Gate) SKUs(ctx context.Context) ([]string, error) {
+	return g.c.Do(ctx, g.c.B().Smembers().Key(g.registry()).Build()).AsStrSlice()
+}
+
+// Register adds sku to the list of loaded SKUs.
+func (g *Gate) Register(ctx context.Context, sku string) error {
+	return g.c.Do(ctx, g.c.B().Sadd().Key(g.registry()).Member(sku).Build()).Error()
+}
+
+// Ping checks that Redis answers.
+func (g *Gate) Ping(ctx context.Context) error {
+	return g.c.Do(ctx, g.c.B().Ping().Build()).Error()
+}
+
+// Expire drops the keys of sku if its sale ended more than retention before
+// now and nothing of it is in flight, and unregisters it. It reports whether
+// the keys were dropped. A sale without an end is never dropped.
+func (g *Gate) Expire(ctx context.Context, sku string, now time.Time, retention time.Duration) (bool, error) {
+	k := g.KeysOf(sku)
+	n, err := g.expire.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem},
+		[]string{strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(retention.Milliseconds(), 10)}).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("stockgate: expire: %w", err)
+	}
+	if n == 1 || n == -2 {
+		if err := g.c.Do(ctx, g.c.B().Srem().Key(g.registry()).Member(sku).Build()).Error(); err != nil {
+			return n == 1, err
+		}
+	}
+	return n == 1, nil
+}

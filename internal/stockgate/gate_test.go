@@ -1,0 +1,329 @@
+package stockgate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/rueidis"
+
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/stockgate"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+func newGate(t testing.TB) (*stockgate.Gate, rueidis.Client) {
+	t.Helper()
+	url, prefix := testenv.Redis(t)
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return stockgate.New(c, prefix), c
+}
+
+func res(sku, user string, qty int64) sale.Reservation {
+	return sale.Reservation{OrderID: uuid.Must(uuid.NewV7()).String(), SKU: sku, User: user, Quantity: qty, AcceptedAt: time.Now().UnixMilli()}
+}
+
+func seed(t testing.TB, g *stockgate.Gate, sku string, stock, limit int64) {
+	t.Helper()
+	ok, err := g.Seed(context.Background(), sku, stockgate.Config{PerUserLimit: limit}, stock, nil, "e1")
+	if err != nil || !ok {
+		t.Fatalf("seed: %v %v", ok, err)
+	}
+}
+
+func avail(t testing.TB, g *stockgate.Gate, sku string) int64 {
+	t.Helper()
+	n, ok, err := g.Available(context.Background(), sku)
+	if err != nil || !ok {
+		t.Fatalf("available: %v %v", ok, err)
+	}
+	return n
+}
+
+func TestReserveRules(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	seed(t, g, "s1", 3, 2)
+
+	steps := []struct {
+		user string
+		qty  int64
+		want error
+		left int64
+	}{
+		{"u1", 2, nil, 1},
+		{"u1", 1, sale.ErrLimitReached, 1},
+		{"u2", 2, sale.ErrSoldOut, 1},
+		{"u2", 1, nil, 0},
+		{"u3", 1, sale.ErrSoldOut, 0},
+	}
+	for i, s := range steps {
+		_, err := g.Reserve(ctx, res("s1", s.user, s.qty))
+		if !errors.Is(err, s.want) {
+			t.Fatalf("step %d: got %v, want %v", i, err, s.want)
+		}
+		if got := avail(t, g, "s1"); got != s.left {
+			t.Fatalf("step %d: available %d, want %d", i, got, s.left)
+		}
+	}
+	if _, err := g.Reserve(ctx, res("nope", "u1", 1)); !errors.Is(err, sale.ErrNotWarmed) {
+		t.Fatalf("unloaded sku: %v", err)
+	}
+	for _, q := range []int64{0, -1, sale.MaxQuantity + 1} {
+		if _, err := g.Reserve(ctx, res("s1", "u9", q)); !errors.Is(err, sale.ErrInvalid) {
+			t.Fatalf("quantity %d: %v", q, err)
+		}
+	}
+}
+
+func TestReserveWindow(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	now := time.Now()
+	for _, c := range []struct {
+		sku        string
+		start, end time.Time
+		want       error
+	}{
+		{"early", now.Add(time.Hour), time.Time{}, sale.ErrSaleNotOpen},
+		{"late", time.Time{}, now.Add(-time.Second), sale.ErrSaleEnded},
+		{"open", now.Add(-time.Hour), now.Add(time.Hour), nil},
+	} {
+		if _, err := g.Seed(ctx, c.sku, stockgate.Config{PerUserLimit: 1, StartsAt: c.start, EndsAt: c.end}, 5, nil, "e"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Reserve(ctx, res(c.sku, "u", 1)); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v want %v", c.sku, err, c.want)
+		}
+	}
+}
+
+func TestReserveIdempotencyKey(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	seed(t, g, "s", 10, 5)
+	r1 := res("s", "u", 1)
+	r1.IdempotencyKey = "k1"
+	a, err := g.Reserve(ctx, r1)
+	if err != nil || a.Duplicate {
+		t.Fatal(a, err)
+	}
+	r2 := res("s", "u", 1)
+	r2.IdempotencyKey = "k1"
+	b, err := g.Reserve(ctx, r2)
+	if err != nil || !b.Duplicate || b.OrderID != r1.OrderID {
+		t.Fatalf("retry: %+v %v, want duplicate of %s", b, err, r1.OrderID)
+	}
+	// The same key of another user is another purchase.
+	r3 := res("s", "v", 1)
+	r3.IdempotencyKey = "k1"
+	if c, err := g.Reserve(ctx, r3); err != nil || c.Duplicate {
+		t.Fatal(c, err)
+	}
+	// Retrying the same order id is a duplicate too (an internal retry after a timeout).
+	if d, err := g.Reserve(ctx, r1); err != nil || !d.Duplicate {
+		t.Fatal(d, err)
+	}
+	if got := avail(t, g, "s"); got != 8 {
+		t.Fatalf("available %d, want 8", got)
+	}
+}
+
+func TestFinalizeExactlyOnce(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	seed(t, g, "s", 10, 3)
+	a, b := res("s", "u1", 2), res("s", "u2", 3)
+	for _, r := range []sale.Reservation{a, b} {
+		if _, err := g.Reserve(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outs := []stockgate.Outcome{{OrderID: a.OrderID}, {OrderID: b.OrderID, Refused: true}}
+	for i := 0; i < 3; i++ {
+		units, err := g.Finalize(ctx, "s", outs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int64(0)
+		if i == 0 {
+			want = 3
+		}
+		if units != want {
+			t.Fatalf("call %d gave back %d units, want %d", i, units, want)
+		}
+	}
+	if got := avail(t, g, "s"); got != 8 {
+		t.Fatalf("available %d, want 8", got)
+	}
+	if h, _ := g.Held(ctx, "s", "u2"); h != 0 {
+		t.Fatalf("u2 holds %d after refusal", h)
+	}
+	if h, _ := g.Held(ctx, "s", "u1"); h != 2 {
+		t.Fatalf("u1 holds %d, want 2", h)
+	}
+	f, err := g.ReadInFlight(ctx, "s")
+	if err != nil || len(f.Reservations) != 0 {
+		t.Fatalf("in flight after finalize: %+v %v", f, err)
+	}
+	if n, _ := g.OutboxLen(ctx, "s"); n != 0 {
+		t.Fatalf("outbox %d", n)
+	}
+}
+
+// TestResyncNeverResells: units in flight (reserved in Redis, not yet in the
+// database) are not made available again by a resync from the database.
+func TestResyncNeverResells(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	seed(t, g, "s", 10, 10)
+	applied, refused, flying := res("s", "a", 2), res("s", "b", 1), res("s", "c", 3)
+	for _, r := range []sale.Reservation{applied, refused, flying} {
+		if _, err := g.Reserve(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := g.ReadInFlight(ctx, "s")
+	if err != nil || f.Units() != 6 || f.Available != 4 {
+		t.Fatalf("in flight: %+v %v", f, err)
+	}
+	// A reservation made after the read, not yet in the database snapshot.
+	late := res("s", "d", 1)
+	if _, err := g.Reserve(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	// Database: 'applied' took 2, 'refused' took nothing; stock 8.
+	got, err := g.Resync(ctx, "s", stockgate.Config{PerUserLimit: 10}, f, 8, map[string]bool{applied.OrderID: false, refused.OrderID: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 8 - 3 (flying) - 1 (late) = 4: refused's unit is back, nothing re-sold.
+	if got != 4 {
+		t.Fatalf("available after resync %d, want 4", got)
+	}
+	if h, _ := g.Held(ctx, "s", "b"); h != 0 {
+		t.Fatalf("refused buyer still holds %d", h)
+	}
+	// A late finalize of the entries resync closed gives nothing back again.
+	if units, _ := g.Finalize(ctx, "s", []stockgate.Outcome{{OrderID: refused.OrderID, Refused: true}}); units != 0 {
+		t.Fatalf("double compensation: %d units", units)
+	}
+}
+
+func TestAdjust(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	seed(t, g, "s", 5, 1)
+	if _, err := g.Reserve(ctx, res("s", "u", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g.Adjust(ctx, "s", stockgate.Config{PerUserLimit: 2}, 10); err != nil || n != 14 {
+		t.Fatalf("restock: %d %v", n, err)
+	}
+	if _, err := g.Adjust(ctx, "s", stockgate.Config{PerUserLimit: 2}, -15); !errors.Is(err, sale.ErrStockConflict) {
+		t.Fatalf("over-reduction: %v", err)
+	}
+	if n, err := g.Adjust(ctx, "s", stockgate.Config{PerUserLimit: 2}, -14); err != nil || n != 0 {
+		t.Fatalf("reduction: %d %v", n, err)
+	}
+	if _, err := g.Adjust(ctx, "missing", stockgate.Config{PerUserLimit: 1}, 1); !errors.Is(err, sale.ErrNotWarmed) {
+		t.Fatalf("missing: %v", err)
+	}
+}
+
+// TestReserveConcurrent: many buyers at once, some clicking twice, never oversell.
+func TestReserveConcurrent(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	const stock, buyers = 100, 1000
+	seed(t, g, "hot", stock, 1)
+	var accepted, soldOut, limited atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < buyers; i++ {
+		for click := 0; click < 1+i%2; click++ {
+			wg.Add(1)
+			go func(user string) {
+				defer wg.Done()
+				_, err := g.Reserve(ctx, res("hot", user, 1))
+				switch {
+				case err == nil:
+					accepted.Add(1)
+				case errors.Is(err, sale.ErrSoldOut):
+					soldOut.Add(1)
+				case errors.Is(err, sale.ErrLimitReached):
+					limited.Add(1)
+				default:
+					t.Error(err)
+				}
+			}(fmt.Sprintf("user%d", i))
+		}
+	}
+	wg.Wait()
+	if accepted.Load() != stock {
+		t.Fatalf("accepted %d, want %d (sold out %d, limited %d)", accepted.Load(), stock, soldOut.Load(), limited.Load())
+	}
+	if got := avail(t, g, "hot"); got != 0 {
+		t.Fatalf("available %d", got)
+	}
+	f, err := g.ReadInFlight(ctx, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := map[string]int64{}
+	for _, r := range f.Reservations {
+		users[r.User] += r.Quantity
+	}
+	if len(f.Reservations) != stock || len(users) != stock {
+		t.Fatalf("%d reservations by %d users, want %d each", len(f.Reservations), len(users), stock)
+	}
+	if n, _ := g.OutboxLen(ctx, "hot"); n != stock {
+		t.Fatalf("outbox %d", n)
+	}
+}
+
+func TestExpireKeepsInFlight(t *testing.T) {
+	g, c := newGate(t)
+	ctx := context.Background()
+	now := time.Now()
+	if _, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 1, EndsAt: now.Add(time.Minute)}, 5, nil, "e"); err != nil {
+		t.Fatal(err)
+	}
+	r := res("s", "u", 1)
+	if _, err := g.Reserve(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(2 * time.Hour)
+	if dropped, err := g.Expire(ctx, "s", now, time.Hour); err != nil || dropped {
+		t.Fatalf("sale not ended: dropped=%v err=%v", dropped, err)
+	}
+	if dropped, err := g.Expire(ctx, "s", later, time.Hour); err != nil || dropped {
+		t.Fatalf("reservation in flight: dropped=%v err=%v", dropped, err)
+	}
+	if _, err := g.Finalize(ctx, "s", []stockgate.Outcome{{OrderID: r.OrderID}}); err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := g.Expire(ctx, "s", later, time.Hour); err != nil || !dropped {
+		t.Fatalf("idle ended sale: dropped=%v err=%v", dropped, err)
+	}
+	n, err := c.Do(ctx, c.B().Exists().Key(g.KeysOf("s").Meta, g.KeysOf("s").Buyers).Build()).AsInt64()
+	if err != nil || n != 0 {
+		t.Fatalf("keys left: %d %v", n, err)
+	}
+	if skus, _ := g.SKUs(ctx); len(skus) != 0 {
+		t.Fatalf("still registered: %v", skus)
+	}
+}
