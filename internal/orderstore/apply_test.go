@@ -1,0 +1,553 @@
+package orderstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/orderstore"
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/google/go-cmp/cmp"
+)
+
+func pending(id string) orderstore.Outcome {
+	return orderstore.Outcome{OrderID: id, Status: sale.StatusPendingPayment}
+}
+
+func failed(id, reason string) orderstore.Outcome {
+	return orderstore.Outcome{OrderID: id, Status: sale.StatusFailed, Reason: reason}
+}
+
+func reversed[T any](s []T) []T {
+	r := slices.Clone(s)
+	slices.Reverse(r)
+	return r
+}
+
+func dup(o orderstore.Outcome) orderstore.Outcome { o.Duplicate = true; return o }
+
+func TestApplyBatch(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+
+	type step struct {
+		batch     []sale.Reservation
+		want      []orderstore.Outcome
+		wantStock map[string]int64
+	}
+	tests := []struct {
+		name  string
+		stock map[string]int64 // SKUs created first (TotalStock)
+		steps func(c int) []step
+	}{
+		{
+			name:  "applies, then the same batch again changes nothing",
+			stock: map[string]int64{"APPLY": 10},
+			steps: func(c int) []step {
+				b := []sale.Reservation{
+					resv(oid(c, 1), "APPLY", "u1", 1),
+					resv(oid(c, 2), "APPLY", "u2", 2),
+					resv(oid(c, 3), "APPLY", "u3", 3),
+				}
+				first := []orderstore.Outcome{pending(oid(c, 1)), pending(oid(c, 2)), pending(oid(c, 3))}
+				again := []orderstore.Outcome{dup(first[0]), dup(first[1]), dup(first[2])}
+				return []step{
+					{batch: b, want: first, wantStock: map[string]int64{"APPLY": 4}},
+					{batch: b, want: again, wantStock: map[string]int64{"APPLY": 4}},
+					{batch: reversed(b), want: reversed(again), wantStock: map[string]int64{"APPLY": 4}},
+				}
+			},
+		},
+		{
+			name:  "more demand than stock: exactly the stock is taken",
+			stock: map[string]int64{"SHORT": 5},
+			steps: func(c int) []step {
+				var b []sale.Reservation
+				var want []orderstore.Outcome
+				for i := range 8 {
+					b = append(b, resv(oid(c, i), "SHORT", fmt.Sprintf("u%d", i), 1))
+					if i < 5 {
+						want = append(want, pending(oid(c, i)))
+					} else {
+						want = append(want, failed(oid(c, i), orderstore.ReasonInsufficientStock))
+					}
+				}
+				again := make([]orderstore.Outcome, len(want))
+				for i, o := range want {
+					again[i] = dup(o)
+				}
+				return []step{
+					{batch: b, want: want, wantStock: map[string]int64{"SHORT": 0}},
+					{batch: b, want: again, wantStock: map[string]int64{"SHORT": 0}},
+					{
+						batch:     []sale.Reservation{resv(oid(c, 100), "SHORT", "late", 1)},
+						want:      []orderstore.Outcome{failed(oid(c, 100), orderstore.ReasonInsufficientStock)},
+						wantStock: map[string]int64{"SHORT": 0},
+					},
+				}
+			},
+		},
+		{
+			name:  "mixed quantities are served in input order",
+			stock: map[string]int64{"MIXED": 5},
+			steps: func(c int) []step {
+				return []step{{
+					batch: []sale.Reservation{
+						resv(oid(c, 1), "MIXED", "u1", 3),
+						resv(oid(c, 2), "MIXED", "u2", 3),
+						resv(oid(c, 3), "MIXED", "u3", 2),
+						resv(oid(c, 4), "MIXED", "u4", 1),
+					},
+					want: []orderstore.Outcome{
+						pending(oid(c, 1)),
+						failed(oid(c, 2), orderstore.ReasonInsufficientStock),
+						pending(oid(c, 3)),
+						failed(oid(c, 4), orderstore.ReasonInsufficientStock),
+					},
+					wantStock: map[string]int64{"MIXED": 0},
+				}}
+			},
+		},
+		{
+			name:  "unknown sku fails, the rest of the batch applies",
+			stock: map[string]int64{"KNOWN": 1},
+			steps: func(c int) []step {
+				return []step{{
+					batch: []sale.Reservation{
+						resv(oid(c, 1), "GHOST", "u1", 1),
+						resv(oid(c, 2), "KNOWN", "u1", 1),
+					},
+					want: []orderstore.Outcome{
+						failed(oid(c, 1), orderstore.ReasonUnknownSKU),
+						pending(oid(c, 2)),
+					},
+					wantStock: map[string]int64{"KNOWN": 0, "GHOST": 0},
+				}}
+			},
+		},
+		{
+			name:  "duplicate ids within a batch apply once",
+			stock: map[string]int64{"INTRA": 2},
+			steps: func(c int) []step {
+				a := resv(oid(c, 1), "INTRA", "u1", 2)
+				b := resv(oid(c, 2), "INTRA", "u2", 1)
+				aBigger := a
+				aBigger.Quantity = 5 // a redelivery is the same reservation; the first copy wins
+				return []step{{
+					batch: []sale.Reservation{a, b, aBigger, b},
+					want: []orderstore.Outcome{
+						pending(a.OrderID),
+						failed(b.OrderID, orderstore.ReasonInsufficientStock),
+						dup(pending(a.OrderID)),
+						dup(failed(b.OrderID, orderstore.ReasonInsufficientStock)),
+					},
+					wantStock: map[string]int64{"INTRA": 0},
+				}}
+			},
+		},
+		{
+			name:  "batch mixing applied and new reservations over two skus",
+			stock: map[string]int64{"P": 3, "Q": 1},
+			steps: func(c int) []step {
+				p1 := resv(oid(c, 1), "P", "u1", 1)
+				q1 := resv(oid(c, 2), "Q", "u1", 1)
+				p2 := resv(oid(c, 3), "P", "u2", 2)
+				q2 := resv(oid(c, 4), "Q", "u2", 1)
+				p3 := resv(oid(c, 5), "P", "u3", 1)
+				return []step{
+					{
+						batch:     []sale.Reservation{p1, q1},
+						want:      []orderstore.Outcome{pending(p1.OrderID), pending(q1.OrderID)},
+						wantStock: map[string]int64{"P": 2, "Q": 0},
+					},
+					{
+						batch: []sale.Reservation{q2, p1, p2, q1, p3},
+						want: []orderstore.Outcome{
+							failed(q2.OrderID, orderstore.ReasonInsufficientStock),
+							dup(pending(p1.OrderID)),
+							pending(p2.OrderID),
+							dup(pending(q1.OrderID)),
+							failed(p3.OrderID, orderstore.ReasonInsufficientStock),
+						},
+						wantStock: map[string]int64{"P": 0, "Q": 0},
+					},
+				}
+			},
+		},
+	}
+
+	// Every order row ever reported, to compare with what Order returns.
+	wantOrders := make(map[string]sale.Order)
+	for c, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for sku, n := range tt.stock {
+				putSKU(t, s, sku, n)
+			}
+			for i, st := range tt.steps(c) {
+				got, err := s.ApplyBatch(ctx, st.batch)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if diff := cmp.Diff(st.want, got); diff != "" {
+					t.Errorf("step %d: outcomes (-want +got):\n%s", i, diff)
+				}
+				for j, o := range got {
+					if o.Duplicate {
+						continue
+					}
+					r := st.batch[j]
+					wantOrders[r.OrderID] = sale.Order{
+						ID: r.OrderID, SKU: r.SKU, User: r.User, Quantity: r.Quantity,
+						Status: o.Status, FailReason: o.Reason, CreatedAt: acceptedAt,
+					}
+				}
+				for sku, want := range st.wantStock {
+					l := checkInvariants(t, s, sku)
+					if l.Stock != want {
+						t.Errorf("step %d: %s stock = %d, want %d", i, sku, l.Stock, want)
+					}
+				}
+			}
+		})
+	}
+
+	for id, want := range wantOrders {
+		got, err := s.Order(ctx, id)
+		if err != nil {
+			t.Errorf("Order(%s): %v", id, err)
+			continue
+		}
+		if got.UpdatedAt == nil || got.UpdatedAt.IsZero() {
+			t.Errorf("Order(%s).UpdatedAt = %v, want set", id, got.UpdatedAt)
+		}
+		got.UpdatedAt = nil
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Order(%s) (-want +got):\n%s", id, diff)
+		}
+	}
+	if _, err := s.Order(ctx, oid(999, 1)); !errors.Is(err, sale.ErrOrderNotFound) {
+		t.Errorf("Order(absent) err = %v, want %v", err, sale.ErrOrderNotFound)
+	}
+}
+
+func TestApplyBatchReportsCurrentStatusOfDuplicates(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKU(t, s, "PAY", 5)
+	r := resv(oid(1, 1), "PAY", "u1", 1)
+	if _, err := s.ApplyBatch(ctx, []sale.Reservation{r}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE orders SET status = 'paid' WHERE order_id = $1`, r.OrderID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ApplyBatch(ctx, []sale.Reservation{r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []orderstore.Outcome{{OrderID: r.OrderID, Status: sale.StatusPaid, Duplicate: true}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+}
+
+func TestApplyBatchIdempotencyKey(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKU(t, s, "IDEM", 5)
+	with := resv(oid(1, 1), "IDEM", "u1", 1)
+	with.IdempotencyKey = "key-1"
+	without := resv(oid(1, 2), "IDEM", "u2", 1)
+	if _, err := s.ApplyBatch(ctx, []sale.Reservation{with, without}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Pool().Query(ctx, `SELECT order_id, idempotency_key FROM orders ORDER BY order_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*string{}
+	for rows.Next() {
+		var id string
+		var key *string
+		if err := rows.Scan(&id, &key); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = key
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if k := got[with.OrderID]; k == nil || *k != "key-1" {
+		t.Errorf("idempotency_key of %s = %v, want key-1", with.OrderID, k)
+	}
+	if k, ok := got[without.OrderID]; !ok || k != nil {
+		t.Errorf("idempotency_key of %s = %v (present %v), want NULL", without.OrderID, k, ok)
+	}
+}
+
+func TestApplyBatchRejectsInvalid(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKU(t, s, "V", 5)
+	good := resv(oid(1, 1), "V", "u1", 1)
+	tests := []struct {
+		name string
+		bad  sale.Reservation
+	}{
+		{"zero quantity", resv(oid(1, 2), "V", "u1", 0)},
+		{"negative quantity", resv(oid(1, 2), "V", "u1", -3)},
+		{"quantity above MaxQuantity", resv(oid(1, 2), "V", "u1", sale.MaxQuantity+1)},
+		{"bad order id", resv("not-a-uuid", "V", "u1", 1)},
+		{"bad sku", resv(oid(1, 2), "V V", "u1", 1)},
+		{"no acceptance time", sale.Reservation{OrderID: oid(1, 2), SKU: "V", User: "u1", Quantity: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.ApplyBatch(ctx, []sale.Reservation{good, tt.bad})
+			if !errors.Is(err, sale.ErrInvalid) {
+				t.Errorf("err = %v, want %v", err, sale.ErrInvalid)
+			}
+			if l := checkInvariants(t, s, "V"); l.Stock != 5 || l.Logged != 0 {
+				t.Errorf("a rejected batch changed the database: %+v", l)
+			}
+		})
+	}
+	got, err := s.ApplyBatch(ctx, nil)
+	if err != nil || len(got) != 0 {
+		t.Errorf("ApplyBatch(nil) = %v, %v; want no outcomes, no error", got, err)
+	}
+}
+
+// TestApplyBatchConcurrent: 8 appliers race over overlapping, shuffled,
+// duplicated slices of the same 500 reservations on a SKU with 300 units.
+// Each order id must be applied by exactly one call, and the ledger must hold.
+func TestApplyBatchConcurrent(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	const (
+		sku     = "HOT"
+		stock   = 300
+		n       = 500
+		workers = 8
+	)
+	putSKU(t, s, sku, stock)
+	all := make([]sale.Reservation, n)
+	for i := range all {
+		all[i] = newResv(sku, fmt.Sprintf("user%03d", i%211), 1)
+	}
+
+	results := make([][]orderstore.Outcome, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			// Every worker covers all ids, in its own order, with repeats.
+			seq := rng.Perm(n)
+			for range n / 10 {
+				seq = append(seq, rng.IntN(n))
+			}
+			rng.Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
+			for len(seq) > 0 {
+				size := min(1+rng.IntN(64), len(seq))
+				batch := make([]sale.Reservation, size)
+				for i, k := range seq[:size] {
+					batch[i] = all[k]
+				}
+				seq = seq[size:]
+				out, err := s.ApplyBatch(ctx, batch)
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				results[w] = append(results[w], out...)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	applied := make(map[string]orderstore.Outcome)
+	for _, outs := range results {
+		for _, o := range outs {
+			if o.Duplicate {
+				continue
+			}
+			if prev, ok := applied[o.OrderID]; ok {
+				t.Errorf("order %s applied twice: %+v and %+v", o.OrderID, prev, o)
+			}
+			applied[o.OrderID] = o
+		}
+	}
+	var taken int
+	for _, r := range all {
+		o, ok := applied[r.OrderID]
+		if !ok {
+			t.Errorf("order %s never applied", r.OrderID)
+			continue
+		}
+		if o.Status == sale.StatusPendingPayment {
+			taken++
+		}
+	}
+	if taken != stock {
+		t.Errorf("%d reservations reported taken, want %d", taken, stock)
+	}
+	for _, outs := range results {
+		for _, o := range outs {
+			if first := applied[o.OrderID]; o.Duplicate && (o.Status != first.Status || o.Reason != first.Reason) {
+				t.Errorf("duplicate of %s reported %s/%s, applied as %s/%s", o.OrderID, o.Status, o.Reason, first.Status, first.Reason)
+			}
+		}
+	}
+
+	l := checkInvariants(t, s, sku)
+	want := ledger{Stock: 0, Total: stock, Live: stock, Orders: n, Logged: n}
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("ledger (-want +got):\n%s", diff)
+	}
+	var dupLogs, dupOrders int64
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) - count(DISTINCT tx_id) FROM process_log`).Scan(&dupLogs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) - count(DISTINCT order_id) FROM orders`).Scan(&dupOrders); err != nil {
+		t.Fatal(err)
+	}
+	if dupLogs != 0 || dupOrders != 0 {
+		t.Errorf("repeated ids: %d in process_log, %d in orders", dupLogs, dupOrders)
+	}
+}
+
+func TestSnapshotAndLiveHoldings(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKU(t, s, "SNAP", 6)
+	putSKU(t, s, "OTHER", 6)
+	rs := []sale.Reservation{
+		resv(oid(1, 1), "SNAP", "alice", 2),
+		resv(oid(1, 2), "SNAP", "bob", 1),
+		resv(oid(1, 3), "SNAP", "alice", 1),
+		resv(oid(1, 4), "SNAP", "carol", 5), // short: 2 left
+		resv(oid(1, 5), "SNAP", "dave", 1),
+		resv(oid(1, 6), "OTHER", "alice", 3),
+	}
+	if _, err := s.ApplyBatch(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	// dave pays, bob's order is cancelled (stock given back as release would).
+	if _, err := s.Pool().Exec(ctx, `UPDATE orders SET status = 'paid' WHERE order_id = $1`, oid(1, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `
+WITH c AS (UPDATE orders SET status = 'cancelled' WHERE order_id = $1 RETURNING sku_id, quantity)
+UPDATE inventory i SET stock = i.stock + c.quantity FROM c WHERE i.sku_id = c.sku_id`, oid(1, 2)); err != nil {
+		t.Fatal(err)
+	}
+
+	unapplied := oid(1, 99)
+	stock, processed, err := s.Snapshot(ctx, "SNAP", []string{oid(1, 1), oid(1, 2), oid(1, 4), oid(1, 5), unapplied})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stock != 2 {
+		t.Errorf("Snapshot stock = %d, want 2", stock)
+	}
+	wantProcessed := map[string]sale.Status{
+		oid(1, 1): sale.StatusPendingPayment,
+		oid(1, 2): sale.StatusCancelled,
+		oid(1, 4): sale.StatusFailed,
+		oid(1, 5): sale.StatusPaid,
+	}
+	if diff := cmp.Diff(wantProcessed, processed); diff != "" {
+		t.Errorf("Snapshot processed (-want +got):\n%s", diff)
+	}
+	if _, processed, err := s.Snapshot(ctx, "SNAP", nil); err != nil || len(processed) != 0 {
+		t.Errorf("Snapshot without ids = %v, %v; want empty map, no error", processed, err)
+	}
+	if _, _, err := s.Snapshot(ctx, "GHOST", []string{oid(1, 1)}); !errors.Is(err, sale.ErrUnknownSKU) {
+		t.Errorf("Snapshot(GHOST) err = %v, want %v", err, sale.ErrUnknownSKU)
+	}
+
+	held, err := s.LiveHoldings(ctx, "SNAP")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int64{"alice": 3, "dave": 1}, held); diff != "" {
+		t.Errorf("LiveHoldings (-want +got):\n%s", diff)
+	}
+	held, err = s.LiveHoldings(ctx, "GHOST")
+	if err != nil || len(held) != 0 {
+		t.Errorf("LiveHoldings(GHOST) = %v, %v; want empty", held, err)
+	}
+	checkInvariants(t, s, "SNAP")
+	checkInvariants(t, s, "OTHER")
+}
+
+// BenchmarkApplyBatch measures one applier, one SKU with stock that never
+// runs out: throughput per batch size (one transaction, one fsync per batch).
+func BenchmarkApplyBatch(b *testing.B) {
+	s := newStore(b)
+	ctx := testContext(b)
+	putSKU(b, s, "BENCH", sale.MaxStock)
+	for _, n := range []int{1, 10, 100, 500} {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			batch := make([]sale.Reservation, n)
+			start := time.Now()
+			iters := 0
+			for b.Loop() {
+				for i := range batch {
+					batch[i] = newResv("BENCH", fmt.Sprintf("u%d", i), 1)
+				}
+				if _, err := s.ApplyBatch(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				iters++
+			}
+			elapsed := time.Since(start)
+			b.ReportMetric(float64(iters*n)/elapsed.Seconds(), "orders/s")
+		})
+	}
+}
+
+// A dead context or a missing schema is an error, never a panic or a partial write.
+func TestErrorsLeaveNothingBehind(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKU(t, s, "ERR", 5)
+	r := resv(oid(1, 1), "ERR", "u1", 1)
+
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.ApplyBatch(dead, []sale.Reservation{r}); err == nil {
+		t.Error("ApplyBatch with a cancelled context succeeded")
+	}
+	if _, _, _, err := s.PutSKU(dead, orderstore.SKUChange{ID: "ERR", TotalStock: 9, PerUserLimit: 1}); err == nil {
+		t.Error("PutSKU with a cancelled context succeeded")
+	}
+	if _, _, err := s.Snapshot(dead, "ERR", []string{r.OrderID}); err == nil {
+		t.Error("Snapshot with a cancelled context succeeded")
+	}
+	if l := checkInvariants(t, s, "ERR"); l.Stock != 5 || l.Total != 5 || l.Logged != 0 {
+		t.Errorf("failed calls changed the database: %+v", l)
+	}
+
+	// Unmigrated database.
+	bare, err := orderstore.Open(ctx, testenv.Postgres(t), orderstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	if _, err := bare.ApplyBatch(ctx, []sale.Reservation{r}); err == nil {
+		t.Error("ApplyBatch without a schema succeeded")
+	}
+	if _, _, err := bare.Snapshot(ctx, "ERR", nil); err == nil {
+		t.Error("Snapshot without a schema succeeded")
+	}
+}

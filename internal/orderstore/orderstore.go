@@ -1,0 +1,144 @@
+// Package orderstore is the database of record: inventory, orders and the idempotency log, behind one type so a second SQL dialect fits without touching callers.
+//
+// Files: this one holds the types and the dialect-neutral rules (input checks,
+// de-duplication and stock allocation of a batch); postgres*.go hold the
+// PostgreSQL SQL and connection handling. A MySQL dialect adds mysql*.go
+// beside them and reuses the rules here.
+//
+// Every method takes a context and is safe for concurrent use. The pool has
+// no acquire timeout (pgx#2350): callers give every call a deadline.
+package orderstore
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// MaxConns bounds the connection pool; 0 (or less) means 16.
+	MaxConns int32
+	// Logger receives database creation and migration messages; nil discards them.
+	Logger *slog.Logger
+}
+
+const defaultMaxConns = 16
+
+// Fail reasons recorded in orders.fail_reason and Outcome.Reason for failed orders.
+const (
+	// ReasonInsufficientStock means the database stock of the SKU was short when the reservation was applied.
+	ReasonInsufficientStock = "insufficient_stock"
+	// ReasonUnknownSKU means no inventory row exists for the SKU.
+	ReasonUnknownSKU = "unknown_sku"
+)
+
+// Store is the database of record. Create it with Open; it is safe for
+// concurrent use by many goroutines and many processes sharing one database.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+}
+
+// SKUChange is the admin's description of a SKU for PutSKU.
+type SKUChange struct {
+	ID string
+	// TotalStock is the allocation of the sale (not the units left): 0..sale.MaxStock.
+	TotalStock int64
+	// PerUserLimit is the most units one user may hold: 1..sale.MaxPerUserLimit.
+	PerUserLimit int64
+	// StartsAt and EndsAt bound the sale window; zero means none. When both are
+	// set EndsAt must be after StartsAt.
+	StartsAt, EndsAt time.Time
+}
+
+func (c SKUChange) validate() error {
+	switch {
+	case !sale.ValidSKU(c.ID):
+		return fmt.Errorf("%w: bad sku_id %q", sale.ErrInvalid, c.ID)
+	case c.TotalStock < 0 || c.TotalStock > sale.MaxStock:
+		return fmt.Errorf("%w: total_stock %d outside 0..%d", sale.ErrInvalid, c.TotalStock, sale.MaxStock)
+	case c.PerUserLimit < 1 || c.PerUserLimit > sale.MaxPerUserLimit:
+		return fmt.Errorf("%w: per_user_limit %d outside 1..%d", sale.ErrInvalid, c.PerUserLimit, sale.MaxPerUserLimit)
+	case !c.StartsAt.IsZero() && !c.EndsAt.IsZero() && !c.EndsAt.After(c.StartsAt):
+		return fmt.Errorf("%w: ends_at must be after starts_at", sale.ErrInvalid)
+	}
+	return nil
+}
+
+// Outcome is what ApplyBatch did with one reservation.
+type Outcome struct {
+	OrderID string
+	// Status is StatusPendingPayment (stock taken) or StatusFailed (refused)
+	// for a reservation applied by this call. For a Duplicate it is the order's
+	// status now, which may since have become paid or cancelled.
+	Status sale.Status
+	// Reason is ReasonInsufficientStock or ReasonUnknownSKU when Status is
+	// StatusFailed, empty otherwise.
+	Reason string
+	// Duplicate is true when the reservation was already applied before this
+	// call, or appears earlier in the same call: this call changed nothing for it.
+	Duplicate bool
+}
+
+// validateBatch rejects a batch holding a reservation that could never be
+// applied (it would also break the CHECKs of the orders table).
+func validateBatch(rs []sale.Reservation) error {
+	for i, r := range rs {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("%w: reservation %d (order %q): %v", sale.ErrInvalid, i, r.OrderID, err)
+		}
+	}
+	return nil
+}
+
+// dedupe returns the reservations of rs with distinct order ids, in input
+// order, and for each element of rs the index of its first occurrence in uniq.
+func dedupe(rs []sale.Reservation) (uniq []sale.Reservation, idx []int) {
+	seen := make(map[string]int, len(rs))
+	uniq = make([]sale.Reservation, 0, len(rs))
+	idx = make([]int, len(rs))
+	for i, r := range rs {
+		j, ok := seen[r.OrderID]
+		if !ok {
+			j = len(uniq)
+			seen[r.OrderID] = j
+			uniq = append(uniq, r)
+		}
+		idx[i] = j
+	}
+	return uniq, idx
+}
+
+// allocate walks rs in order against the locked database stock of each SKU
+// (absent from stock: the SKU does not exist) and decides each reservation:
+// taken while it fits in what is left, failed otherwise. It returns one
+// outcome per reservation and the units to take per SKU (only SKUs with a
+// positive take).
+func allocate(rs []sale.Reservation, stock map[string]int64) ([]Outcome, map[string]int64) {
+	remaining := make(map[string]int64, len(stock))
+	for id, n := range stock {
+		remaining[id] = n
+	}
+	take := make(map[string]int64)
+	out := make([]Outcome, len(rs))
+	for i, r := range rs {
+		o := Outcome{OrderID: r.OrderID}
+		left, ok := remaining[r.SKU]
+		switch {
+		case !ok:
+			o.Status, o.Reason = sale.StatusFailed, ReasonUnknownSKU
+		case r.Quantity > 0 && r.Quantity <= left:
+			o.Status = sale.StatusPendingPayment
+			remaining[r.SKU] = left - r.Quantity
+			take[r.SKU] += r.Quantity
+		default:
+			o.Status, o.Reason = sale.StatusFailed, ReasonInsufficientStock
+		}
+		out[i] = o
+	}
+	return out, take
+}

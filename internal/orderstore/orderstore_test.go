@@ -1,0 +1,246 @@
+package orderstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/orderstore"
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// testTimeout bounds every test's database calls (the pool has no acquire timeout).
+const testTimeout = 2 * time.Minute
+
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newStore returns a migrated Store on a fresh database.
+func newStore(t testing.TB) *orderstore.Store {
+	t.Helper()
+	ctx := testContext(t)
+	s, err := orderstore.Open(ctx, testenv.Postgres(t), orderstore.Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(s.Close)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return s
+}
+
+func putSKU(t testing.TB, s *orderstore.Store, id string, total int64) {
+	t.Helper()
+	if _, _, _, err := s.PutSKU(testContext(t), orderstore.SKUChange{ID: id, TotalStock: total, PerUserLimit: 5}); err != nil {
+		t.Fatalf("PutSKU(%s, %d): %v", id, total, err)
+	}
+}
+
+// acceptedAt is a fixed acceptance time, so order rows can be compared exactly.
+var acceptedAt = time.Date(2030, 5, 6, 7, 8, 9, 123_000_000, time.UTC)
+
+// oid returns a deterministic, valid order id: case c, number n.
+func oid(c, n int) string { return fmt.Sprintf("%08x-0000-4000-8000-%012x", c, n) }
+
+func resv(id, sku, user string, qty int64) sale.Reservation {
+	return sale.Reservation{OrderID: id, SKU: sku, User: user, Quantity: qty, AcceptedAt: acceptedAt.UnixMilli()}
+}
+
+func newResv(sku, user string, qty int64) sale.Reservation {
+	return resv(uuid.Must(uuid.NewV7()).String(), sku, user, qty)
+}
+
+// ledger is what the database says about one SKU, read in one snapshot.
+type ledger struct {
+	Stock, Total, Live int64
+	Orders, Logged     int64 // order rows and process_log rows of the SKU
+	Orphans            int64 // process_log rows without an order row, or the reverse
+}
+
+func readLedger(t testing.TB, s *orderstore.Store, sku string) ledger {
+	t.Helper()
+	ctx := testContext(t)
+	var l ledger
+	err := pgx.BeginTxFunc(ctx, s.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT stock, total_stock FROM inventory WHERE sku_id = $1`, sku).Scan(&l.Stock, &l.Total)
+		if err != nil && err != pgx.ErrNoRows {
+			return err
+		}
+		err = tx.QueryRow(ctx, `
+SELECT coalesce(sum(quantity) FILTER (WHERE status IN ('pending_payment', 'paid')), 0)::bigint, count(*)
+FROM orders WHERE sku_id = $1`, sku).Scan(&l.Live, &l.Orders)
+		if err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM process_log WHERE sku_id = $1`, sku).Scan(&l.Logged); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
+SELECT count(*) FROM process_log p FULL JOIN orders o ON o.order_id = p.tx_id
+WHERE (p.tx_id IS NULL OR o.order_id IS NULL) AND coalesce(p.sku_id, o.sku_id) = $1`, sku).Scan(&l.Orphans)
+	})
+	if err != nil {
+		t.Fatalf("read ledger of %s: %v", sku, err)
+	}
+	return l
+}
+
+// checkInvariants checks I1 and I5 for sku from SQL: stock >= 0, stock + live
+// = total, and exactly one process_log row per order row.
+func checkInvariants(t testing.TB, s *orderstore.Store, sku string) ledger {
+	t.Helper()
+	l := readLedger(t, s, sku)
+	if l.Stock < 0 {
+		t.Errorf("%s: stock %d < 0", sku, l.Stock)
+	}
+	if l.Stock+l.Live != l.Total {
+		t.Errorf("%s: stock %d + live %d != total %d", sku, l.Stock, l.Live, l.Total)
+	}
+	if l.Orders != l.Logged || l.Orphans != 0 {
+		t.Errorf("%s: %d order rows, %d process_log rows, %d without a partner", sku, l.Orders, l.Logged, l.Orphans)
+	}
+	return l
+}
+
+func TestMigrateTwiceIsNoop(t *testing.T) {
+	s := newStore(t) // migrated once
+	ctx := testContext(t)
+	before := schemaVersions(t, s)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if got := schemaVersions(t, s); got != before {
+		t.Errorf("goose_db_version rows: %d after second Migrate, %d before", got, before)
+	}
+	for _, table := range []string{"inventory", "orders", "process_log"} {
+		var n int64
+		if err := s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			t.Errorf("table %s: %v", table, err)
+		}
+	}
+}
+
+func schemaVersions(t testing.TB, s *orderstore.Store) int64 {
+	t.Helper()
+	var n int64
+	if err := s.Pool().QueryRow(testContext(t), `SELECT count(*) FROM goose_db_version WHERE version_id > 0`).Scan(&n); err != nil {
+		t.Fatalf("goose_db_version: %v", err)
+	}
+	return n
+}
+
+func TestMigrateConcurrently(t *testing.T) {
+	dbURL := testenv.Postgres(t)
+	ctx := testContext(t)
+	const instances = 4
+	var wg sync.WaitGroup
+	errs := make([]error, instances)
+	for i := range instances {
+		wg.Go(func() {
+			s, err := orderstore.Open(ctx, dbURL, orderstore.Options{})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer s.Close()
+			errs[i] = s.Migrate(ctx)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("instance %d: %v", i, err)
+		}
+	}
+	s, err := orderstore.Open(ctx, dbURL, orderstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := schemaVersions(t, s); got != 1 {
+		t.Errorf("goose_db_version rows = %d, want 1", got)
+	}
+}
+
+func TestOpenCreatesMissingDatabase(t *testing.T) {
+	base := testenv.Postgres(t) // skips when there is no server
+	ctx := testContext(t)
+	name := testenv.RandomName("flashsale_t_")
+	missing := withDatabase(t, base, name)
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			t.Errorf("drop %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+
+	// Several instances starting at once all succeed.
+	const instances = 4
+	var wg sync.WaitGroup
+	errs := make([]error, instances)
+	for i := range instances {
+		wg.Go(func() {
+			s, err := orderstore.Open(ctx, missing, orderstore.Options{MaxConns: 2})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer s.Close()
+			var got string
+			if err := s.Pool().QueryRow(ctx, "SELECT current_database()").Scan(&got); err != nil {
+				errs[i] = err
+				return
+			}
+			if got != name {
+				errs[i] = fmt.Errorf("connected to %q, want %q", got, name)
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("instance %d: %v", i, err)
+		}
+	}
+}
+
+// withDatabase returns the connection string base (URL or keyword/value DSN)
+// naming database name instead.
+func withDatabase(t *testing.T, base, name string) string {
+	t.Helper()
+	if !strings.HasPrefix(base, "postgres://") && !strings.HasPrefix(base, "postgresql://") {
+		return base + " dbname=" + name // the last keyword wins
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	// Port 1 on loopback: nothing listens there.
+	_, err := orderstore.Open(ctx, "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", orderstore.Options{})
+	if err == nil {
+		t.Fatal("Open of an unreachable server succeeded")
+	}
+}

@@ -1,0 +1,224 @@
+package orderstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ApplyBatch applies reservations exactly once, all in ONE transaction, and
+// returns one Outcome per element of rs, in the same order.
+//
+// For each reservation not yet applied (keyed by OrderID in process_log) it
+// writes the process_log row and an order row, and takes the quantity from
+// the database stock if what is left covers it (pending_payment), or records
+// it as failed (insufficient_stock; unknown_sku when no inventory row exists).
+// Reservations are served in input order. A reservation already applied, or
+// repeated within rs, changes nothing and is reported Duplicate with the
+// status its order has now. The stock update is guarded by stock >= quantity,
+// so no interleaving of callers can oversell.
+//
+// It is safe to call concurrently with overlapping batches, from any number
+// of processes: each order id is applied by exactly one call. An error means
+// the transaction rolled back or, if the commit itself failed, that its
+// outcome is unknown; either way the caller retries the whole batch and
+// idempotency makes that safe (after a lost commit the retry reports the
+// reservations as Duplicate, with the same statuses). So whatever the caller
+// does for a failed outcome, such as giving the Redis stock back, must be
+// idempotent by order id and also be done for a Duplicate failed outcome.
+//
+// A reservation that fails sale.Reservation.Validate rejects the whole batch
+// with an error wrapping sale.ErrInvalid, applying nothing: validate first.
+//
+// Per-user limits are not checked here: the gate enforces them.
+func (s *Store) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]Outcome, error) {
+	if len(rs) == 0 {
+		return []Outcome{}, nil
+	}
+	if err := validateBatch(rs); err != nil {
+		return nil, fmt.Errorf("orderstore: apply batch: %w", err)
+	}
+	uniq, idx := dedupe(rs)
+	got, err := s.applyUnique(ctx, uniq)
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: apply batch of %d: %w", len(rs), err)
+	}
+	out := make([]Outcome, len(rs))
+	seen := make([]bool, len(uniq))
+	for i, j := range idx {
+		out[i] = got[j]
+		out[i].Duplicate = out[i].Duplicate || seen[j]
+		seen[j] = true
+	}
+	return out, nil
+}
+
+// The ids are sorted before the insert, so every transaction takes its
+// process_log row locks in the same order: overlapping batches wait for each
+// other instead of deadlocking. A conflicting row of an uncommitted
+// transaction makes the insert wait for its outcome.
+const insertProcessLogSQL = `
+INSERT INTO process_log (tx_id, sku_id)
+SELECT t.tx_id, t.sku_id FROM unnest($1::text[], $2::text[]) AS t(tx_id, sku_id) ORDER BY t.tx_id
+ON CONFLICT (tx_id) DO NOTHING
+RETURNING tx_id`
+
+const appliedOrdersSQL = `SELECT order_id, status, fail_reason FROM orders WHERE order_id = ANY($1::text[])`
+
+// Rows are locked in sku_id order: inventory locks, always taken after the
+// process_log ones, are ordered too.
+const lockStockSQL = `SELECT sku_id, stock FROM inventory WHERE sku_id = ANY($1::text[]) ORDER BY sku_id FOR UPDATE`
+
+// The WHERE is the guard against oversell (re-evaluated on the newest row
+// version at READ COMMITTED); CHECK (stock >= 0) is the second line.
+const takeStockSQL = `UPDATE inventory SET stock = stock - $2, updated_at = now() WHERE sku_id = $1 AND stock >= $2`
+
+const insertOrdersSQL = `
+INSERT INTO orders (order_id, sku_id, user_id, quantity, status, fail_reason, idempotency_key, created_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::timestamptz[])`
+
+// applyUnique runs the transaction of ApplyBatch on reservations with distinct
+// order ids: four round trips (begin+log, read+lock, write, commit).
+func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Outcome, error) {
+	byID := slices.Clone(uniq)
+	slices.SortFunc(byID, func(a, b sale.Reservation) int { return cmp.Compare(a.OrderID, b.OrderID) })
+	ids, skus := make([]string, len(byID)), make([]string, len(byID))
+	for i, r := range byID {
+		ids[i], skus[i] = r.OrderID, r.SKU
+	}
+
+	isNew := make(map[string]bool, len(uniq))
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(insertProcessLogSQL, ids, skus).Query(func(rows pgx.Rows) error {
+		var id string
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { isNew[id] = true; return nil })
+		return err
+	})
+	br := s.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("process_log: %w", err)
+	}
+
+	var (
+		fresh  []sale.Reservation
+		dupIDs []string
+	)
+	skuSet := make(map[string]bool)
+	for _, r := range uniq {
+		if isNew[r.OrderID] {
+			fresh = append(fresh, r)
+			skuSet[r.SKU] = true
+		} else {
+			dupIDs = append(dupIDs, r.OrderID)
+		}
+	}
+
+	// Duplicates: their order rows are visible, as each statement at READ
+	// COMMITTED sees what committed before it started, including the
+	// transaction the insert above waited for.
+	prior := make(map[string]Outcome, len(dupIDs))
+	stock := make(map[string]int64, len(skuSet))
+	b = &pgx.Batch{}
+	if len(dupIDs) > 0 {
+		b.Queue(appliedOrdersSQL, dupIDs).Query(func(rows pgx.Rows) error {
+			var (
+				id, status string
+				reason     *string
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &status, &reason}, func() error {
+				o := Outcome{OrderID: id, Status: sale.Status(status), Duplicate: true}
+				if reason != nil {
+					o.Reason = *reason
+				}
+				prior[id] = o
+				return nil
+			})
+			return err
+		})
+	}
+	if len(fresh) > 0 {
+		b.Queue(lockStockSQL, slices.Sorted(maps.Keys(skuSet))).Query(func(rows pgx.Rows) error {
+			var (
+				id string
+				n  int64
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { stock[id] = n; return nil })
+			return err
+		})
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("read orders and lock inventory: %w", err)
+	}
+	for _, id := range dupIDs {
+		if _, ok := prior[id]; !ok {
+			// Only possible if something wrote process_log without ApplyBatch.
+			return nil, fmt.Errorf("order %s is in process_log but has no order row", id)
+		}
+	}
+
+	decided, take := allocate(fresh, stock)
+	if len(fresh) > 0 {
+		b = &pgx.Batch{}
+		for _, sku := range slices.Sorted(maps.Keys(take)) {
+			n := take[sku]
+			b.Queue(takeStockSQL, sku, n).Exec(func(ct pgconn.CommandTag) error {
+				if ct.RowsAffected() != 1 {
+					return fmt.Errorf("inventory %s: stock below %d under row lock: refusing to oversell", sku, n)
+				}
+				return nil
+			})
+		}
+		b.Queue(insertOrdersSQL, orderColumns(fresh, decided)...)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, fmt.Errorf("take stock and insert orders: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+
+	out := make([]Outcome, len(uniq))
+	nextFresh := 0
+	for i, r := range uniq {
+		if isNew[r.OrderID] {
+			out[i] = decided[nextFresh]
+			nextFresh++
+			continue
+		}
+		out[i] = prior[r.OrderID]
+	}
+	return out, nil
+}
+
+// orderColumns returns the arguments of insertOrdersSQL: one array per column.
+func orderColumns(rs []sale.Reservation, decided []Outcome) []any {
+	n := len(rs)
+	var (
+		ids, skus, users, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		qty                        = make([]int64, n)
+		reasons, keys              = make([]*string, n), make([]*string, n)
+		created                    = make([]time.Time, n)
+	)
+	for i, r := range rs {
+		ids[i], skus[i], users[i], qty[i] = r.OrderID, r.SKU, r.User, r.Quantity
+		statuses[i] = string(decided[i].Status)
+		if decided[i].Reason != "" {
+			reasons[i] = &decided[i].Reason
+		}
+		if r.IdempotencyKey != "" {
+			keys[i] = &rs[i].IdempotencyKey
+		}
+		created[i] = time.UnixMilli(r.AcceptedAt)
+	}
+	return []any{ids, skus, users, qty, statuses, reasons, keys, created}
+}

@@ -1,0 +1,121 @@
+package orderstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/jackc/pgx/v5"
+)
+
+const orderSQL = `
+SELECT order_id, sku_id, user_id, quantity, status, created_at, fail_reason, updated_at
+FROM orders WHERE order_id = $1`
+
+// Order returns the order with id as the database knows it. An order the
+// database has not applied (absent, or still queued upstream) gives an error
+// wrapping sale.ErrOrderNotFound. Times are in UTC.
+func (s *Store) Order(ctx context.Context, id string) (sale.Order, error) {
+	var (
+		o         sale.Order
+		status    string
+		reason    *string
+		updatedAt time.Time
+	)
+	err := s.pool.QueryRow(ctx, orderSQL, id).Scan(&o.ID, &o.SKU, &o.User, &o.Quantity, &status, &o.CreatedAt, &reason, &updatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sale.Order{}, fmt.Errorf("orderstore: order %q: %w", id, sale.ErrOrderNotFound)
+	}
+	if err != nil {
+		return sale.Order{}, fmt.Errorf("orderstore: order %q: %w", id, err)
+	}
+	o.Status = sale.Status(status)
+	o.CreatedAt = o.CreatedAt.UTC()
+	if reason != nil {
+		o.FailReason = *reason
+	}
+	updatedAt = updatedAt.UTC()
+	o.UpdatedAt = &updatedAt
+	return o, nil
+}
+
+const snapshotStockSQL = `SELECT stock FROM inventory WHERE sku_id = $1`
+
+const snapshotProcessedSQL = `
+SELECT p.tx_id, coalesce(o.status, '')
+FROM process_log p LEFT JOIN orders o ON o.order_id = p.tx_id
+WHERE p.tx_id = ANY($1::text[])`
+
+// Snapshot reads, in ONE read-only REPEATABLE READ transaction (so both parts
+// describe the same instant), the database stock of sku and, for the given
+// order ids, which are already in process_log and the status of their order.
+// Ids absent from processed have not been applied (the status is "" only for
+// a process_log row without an order row, which ApplyBatch never writes). An
+// absent SKU gives an error wrapping sale.ErrUnknownSKU.
+//
+// The reconciler uses it to tell reservations in flight (not processed) from
+// those the database stock already accounts for.
+func (s *Store) Snapshot(ctx context.Context, sku string, ids []string) (stock int64, processed map[string]sale.Status, err error) {
+	processed = make(map[string]sale.Status)
+	found := false
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	b.Queue(snapshotStockSQL, sku).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&stock)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	if len(ids) > 0 {
+		b.Queue(snapshotProcessedSQL, ids).Query(func(rows pgx.Rows) error {
+			var id, status string
+			_, err := pgx.ForEachRow(rows, []any{&id, &status}, func() error {
+				processed[id] = sale.Status(status)
+				return nil
+			})
+			return err
+		})
+	}
+	br := s.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := br.Close(); err != nil {
+		return 0, nil, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, nil, fmt.Errorf("orderstore: snapshot %q: commit: %w", sku, err)
+	}
+	if !found {
+		return 0, nil, fmt.Errorf("orderstore: snapshot %q: %w", sku, sale.ErrUnknownSKU)
+	}
+	return stock, processed, nil
+}
+
+const liveHoldingsSQL = `
+SELECT user_id, sum(quantity)::bigint
+FROM orders
+WHERE sku_id = $1 AND status IN ('pending_payment', 'paid')
+GROUP BY user_id`
+
+// LiveHoldings returns, per user, the quantity of sku held by live orders
+// (pending_payment and paid). Users holding nothing are absent; an unknown
+// SKU gives an empty map. Re-seeding the gate's buyer counts uses it.
+func (s *Store) LiveHoldings(ctx context.Context, sku string) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, liveHoldingsSQL, sku)
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: live holdings %q: %w", sku, err)
+	}
+	held := make(map[string]int64)
+	var (
+		user string
+		n    int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&user, &n}, func() error { held[user] = n; return nil }); err != nil {
+		return nil, fmt.Errorf("orderstore: live holdings %q: %w", sku, err)
+	}
+	return held, nil
+}
