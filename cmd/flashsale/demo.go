@@ -214,4 +214,3 @@ func randomHex(n int) string {
 	}
 	return hex.EncodeToString(b)
 }
-

@@ -108,14 +108,14 @@ func (r Reservation) Validate() error {
 
 // Order is an order as the database (or, while queued, the gate) knows it.
 type Order struct {
-	ID          string     `json:"order_id"`
-	SKU         string     `json:"sku_id"`
-	User        string     `json:"user_id"`
-	Quantity    int64      `json:"quantity"`
-	Status      Status     `json:"status"`
-	CreatedAt   time.Time  `json:"created_at"`
-	FailReason  string     `json:"fail_reason,omitempty"`
-	UpdatedAt   *time.Time `json:"updated_at,omitempty"`
+	ID         string     `json:"order_id"`
+	SKU        string     `json:"sku_id"`
+	User       string     `json:"user_id"`
+	Quantity   int64      `json:"quantity"`
+	Status     Status     `json:"status"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FailReason string     `json:"fail_reason,omitempty"`
+	UpdatedAt  *time.Time `json:"updated_at,omitempty"`
 }
 
 // Input limits. They are part of the API contract (documented in README).

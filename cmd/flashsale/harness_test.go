@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/httpapi"
+	"github.com/flashsale/flashsale/internal/invariant"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+const (
+	testSecret = "test-user-secret"
+	testAdmin  = "test-admin-token"
+)
+
+// harness is one in-process flashsale on its own database, Redis prefix and
+// JetStream, served over real HTTP.
+type harness struct {
+	t   *testing.T
+	cfg config
+	a   *app
+	srv *httptest.Server
+	hc  *http.Client
+}
+
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// testConfig returns the service's defaults pointed at fresh, isolated
+// services. nats is "embedded" or "external" (an in-process server on a free port).
+func testConfig(t *testing.T, nats string) config {
+	t.Helper()
+	env := map[string]string{
+		"FLASHSALE_DATABASE_URL":      testenv.Postgres(t),
+		"FLASHSALE_USER_TOKEN_SECRET": testSecret,
+		"FLASHSALE_ADMIN_TOKEN":       testAdmin,
+		"FLASHSALE_DATA_DIR":          t.TempDir(),
+		"FLASHSALE_RELAY_GRACE":       "500ms",
+	}
+	env["FLASHSALE_REDIS_URL"], env["FLASHSALE_REDIS_PREFIX"] = testenv.Redis(t)
+	if nats == "external" {
+		env["FLASHSALE_NATS_URL"] = testenv.NATS(t)
+	}
+	cfg, err := parseConfig("test", nil, func(k string) string { return env[k] }, io.Discard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func newHarness(t *testing.T, cfg config) *harness {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, err := start(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.handler)
+	h := &harness{t: t, cfg: cfg, a: a, srv: srv,
+		hc: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}}
+	t.Cleanup(func() {
+		srv.Close()
+		a.close()
+	})
+	return h
+}
+
+type reply struct {
+	Status int
+	Body   map[string]any
+	Raw    string
+}
+
+func (r reply) code() string {
+	if e, ok := r.Body["error"].(map[string]any); ok {
+		s, _ := e["code"].(string)
+		return s
+	}
+	return ""
+}
+
+func (r reply) str(k string) string { s, _ := r.Body[k].(string); return s }
+
+// do sends a request; headers are "Name: value" strings.
+func (h *harness) do(method, path, body string, headers ...string) reply {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for _, hv := range headers {
+		k, v, _ := strings.Cut(hv, ": ")
+		req.Header.Set(k, v)
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		h.t.Errorf("%s %s: %v", method, path, err)
+		return reply{}
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{Status: resp.StatusCode, Raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.Body)
+	return r
+}
+
+func userToken(t testing.TB, user string) string {
+	tok, err := httpapi.Sign(testSecret, user, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func (h *harness) putSKU(sku, body string) reply {
+	return h.do(http.MethodPut, "/admin/v1/skus/"+sku, body, "Authorization: Bearer "+testAdmin)
+}
+
+func (h *harness) mustPutSKU(sku string, stock, limit int) {
+	h.t.Helper()
+	r := h.putSKU(sku, fmt.Sprintf(`{"stock":%d,"per_user_limit":%d}`, stock, limit))
+	if r.Status != http.StatusCreated && r.Status != http.StatusOK {
+		h.t.Fatalf("put sku: %d %s", r.Status, r.Raw)
+	}
+}
+
+func (h *harness) buy(user, sku string, qty int, idemKey string) reply {
+	hdr := []string{"Authorization: Bearer " + userToken(h.t, user)}
+	if idemKey != "" {
+		hdr = append(hdr, "Idempotency-Key: "+idemKey)
+	}
+	return h.do(http.MethodPost, "/api/v1/orders", fmt.Sprintf(`{"sku_id":%q,"quantity":%d}`, sku, qty), hdr...)
+}
+
+// settle waits until the sale is idle and every invariant holds, or fails
+// with the last report.
+func settle(t *testing.T, a *app, sku string, accepted []string, within time.Duration) invariant.Report {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		rep, err := invariant.Check(context.Background(), a.store.Pool(), a.gate, sku, accepted, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.OK() {
+			return rep
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("invariants still violated after %v: %v\n%+v", within, rep.Violations, rep)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func jsonBody(v any) io.Reader {
+	b, _ := json.Marshal(v)
+	return bytes.NewReader(b)
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestConcurrentBuyers is the pipeline's acceptance test: thousands of
+// distinct buyers, some clicking twice, against a small stock, through real
+// HTTP, Redis, JetStream and PostgreSQL.
+func TestConcurrentBuyers(t *testing.T) {
+	cases := []struct {
+		name         string
+		nats         string
+		buyers       int
+		stock, limit int
+		maxQty       int
+	}{
+		{"limit1-embedded", "embedded", 2000, 100, 1, 1},
+		{"limit1-external", "external", 2000, 100, 1, 1},
+		{"quantity-external", "external", 2000, 100, 3, 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, testConfig(t, c.nats))
+			sku := "hot-" + c.name
+			h.mustPutSKU(sku, c.stock, c.limit)
+
+			var mu sync.Mutex
+			var accepted []string
+			owner := map[string]string{}
+			statuses := map[string]int{}
+			held := map[string]int{}
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 256)
+			for i := 0; i < c.buyers; i++ {
+				user := fmt.Sprintf("buyer-%d", i)
+				clicks := 1 + i%3/2 // one in three clicks twice
+				for k := 0; k < clicks; k++ {
+					wg.Add(1)
+					go func(qty int) {
+						defer wg.Done()
+						sem <- struct{}{}
+						defer func() { <-sem }()
+						r := h.buy(user, sku, qty, "")
+						mu.Lock()
+						defer mu.Unlock()
+						switch r.Status {
+						case http.StatusAccepted:
+							accepted = append(accepted, r.str("order_id"))
+							owner[r.str("order_id")] = user
+							held[user] += qty
+							statuses["accepted"]++
+						case http.StatusConflict:
+							statuses[r.code()]++
+						default:
+							t.Errorf("unexpected reply %d %s", r.Status, r.Raw)
+						}
+					}(1 + rand.IntN(c.maxQty))
+				}
+			}
+			wg.Wait()
+			t.Logf("%s: %v", c.name, statuses)
+			for u, n := range held {
+				if n > c.limit {
+					t.Errorf("user %s was accepted for %d units, limit %d", u, n, c.limit)
+				}
+			}
+			rep := settle(t, h.a, sku, accepted, 60*time.Second)
+			if rep.DBStock != 0 && c.maxQty == 1 {
+				t.Errorf("stock left %d, want 0 (sold out)", rep.DBStock)
+			}
+			if rep.LiveUnits+rep.DBStock != int64(c.stock) {
+				t.Errorf("live units %d + stock %d != %d", rep.LiveUnits, rep.DBStock, c.stock)
+			}
+			if c.maxQty == 1 && rep.LiveOrders != int64(c.stock) {
+				t.Errorf("%d orders, want %d", rep.LiveOrders, c.stock)
+			}
+			if rep.Orders != int64(len(accepted)) || rep.FailedOrders != 0 {
+				t.Errorf("%d order rows (%d failed) for %d accepted purchases", rep.Orders, rep.FailedOrders, len(accepted))
+			}
+			// Accepted orders are visible to their owners only.
+			for _, id := range accepted[:5] {
+				r := h.do(http.MethodGet, "/api/v1/orders/"+id, "", "Authorization: Bearer "+userToken(t, owner[id]))
+				if r.Status != http.StatusOK || r.str("status") != "pending_payment" || r.str("user_id") != owner[id] {
+					t.Errorf("owner reads order: %d %s", r.Status, r.Raw)
+				}
+				r = h.do(http.MethodGet, "/api/v1/orders/"+id, "", "Authorization: Bearer "+userToken(t, "someone-else"))
+				if r.Status != http.StatusNotFound || r.code() != "order_not_found" {
+					t.Errorf("another user reads order: %d %s", r.Status, r.Raw)
+				}
+			}
+			sv := h.do(http.MethodGet, "/api/v1/skus/"+sku, "")
+			if sv.Status != http.StatusOK || sv.Body["available"] != float64(rep.DBStock) {
+				t.Errorf("sku view: %d %s", sv.Status, sv.Raw)
+			}
+		})
+	}
+}
