@@ -26,6 +26,7 @@ type config struct {
 	KeyRetention    time.Duration
 	CatalogRefresh  time.Duration
 	RelayGrace      time.Duration
+	AckWait         time.Duration
 	Failpoints      string
 	LogLevel        string
 	LogFormat       string
@@ -98,6 +99,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.KeyRetention, "key-retention", "FLASHSALE_KEY_RETENTION", 24*time.Hour, "how long after a sale ends its Redis keys are kept (never while work is in flight)")
 	e.dur(&c.CatalogRefresh, "catalog-refresh", "FLASHSALE_CATALOG_REFRESH", 2*time.Second, "how often the in-memory SKU catalog is reloaded from the database")
 	e.dur(&c.RelayGrace, "relay-grace", "FLASHSALE_RELAY_GRACE", 2*time.Second, "age of an outbox entry before the relay's sweeper re-publishes it")
+	e.dur(&c.AckWait, "ack-wait", "FLASHSALE_ACK_WAIT", 30*time.Second, "how long the broker waits for the consumer's ack before redelivering")
 	e.str(&c.Failpoints, "failpoints", "FLASHSALE_FAILPOINTS", "", "crash sites for fault tests only (name=exit|hang,...)")
 	e.str(&c.LogLevel, "log-level", "FLASHSALE_LOG_LEVEL", "info", "debug, info, warn or error")
 	e.str(&c.LogFormat, "log-format", "FLASHSALE_LOG_FORMAT", "text", "text or json")

@@ -105,22 +105,12 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	octx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 
-	if a.store, err = orderstore.Open(octx, cfg.DatabaseURL, orderstore.Options{MaxConns: int32(cfg.DBMaxConns), Logger: log}); err != nil {
-		return nil, fmt.Errorf("database: %w", err)
+	if err = a.openStores(octx); err != nil {
+		return nil, err
 	}
 	if err = a.store.Migrate(octx); err != nil {
 		return nil, fmt.Errorf("database migrations: %w", err)
 	}
-
-	ropt, err := rueidis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
-	}
-	ropt.DisableCache = true
-	if a.redis, err = rueidis.NewClient(ropt); err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	a.gate = stockgate.New(a.redis, cfg.RedisPrefix)
 
 	if cfg.NATSURL == "embedded" {
 		if a.embedded, err = orderqueue.StartEmbedded(cfg.DataDir, cfg.NATSSyncAlways); err != nil {
@@ -136,7 +126,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
-	if a.queue, err = orderqueue.Open(octx, a.nc, orderqueue.Config{}); err != nil {
+	if a.queue, err = orderqueue.Open(octx, a.nc, orderqueue.Config{AckWait: cfg.AckWait}); err != nil {
 		return nil, err
 	}
 
@@ -180,6 +170,34 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		cat.Run(wctx, cfg.CatalogRefresh, func(err error) { log.Warn("catalog refresh", "err", err) })
 	})
 	a.goRun(func() { a.expireLoop(wctx) })
+	return a, nil
+}
+
+// openStores connects to PostgreSQL and Redis.
+func (a *app) openStores(ctx context.Context) (err error) {
+	if a.store, err = orderstore.Open(ctx, a.cfg.DatabaseURL, orderstore.Options{MaxConns: int32(a.cfg.DBMaxConns), Logger: a.log}); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	ropt, err := rueidis.ParseURL(a.cfg.RedisURL)
+	if err != nil {
+		return fmt.Errorf("redis url: %w", err)
+	}
+	ropt.DisableCache = true
+	if a.redis, err = rueidis.NewClient(ropt); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	a.gate = stockgate.New(a.redis, a.cfg.RedisPrefix)
+	return nil
+}
+
+// openForCheck connects to the stores only, with no workers: for tools that
+// inspect a deployment (and tests that check a killed process's state).
+func openForCheck(ctx context.Context, cfg config) (*app, error) {
+	a := &app{cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	if err := a.openStores(ctx); err != nil {
+		a.close()
+		return nil, err
+	}
 	return a, nil
 }
 

@@ -1,0 +1,45 @@
+# Targets for building, testing and linting flashsale. `make` alone lists them.
+#
+# `make test` is the test command: it makes sure PostgreSQL and Redis run
+# (scripts/ensure-services.sh), then runs every test with the race detector,
+# failing (not skipping) tests whose service is missing.
+
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+PKGS        ?= ./...
+
+.DEFAULT_GOAL := help
+.PHONY: help build test test-short vet lint bench run ci
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Build bin/flashsale
+	$(GO) build -o bin/flashsale ./cmd/flashsale
+
+test: ## Ensure PostgreSQL and Redis, then run all tests with -race (missing services fail)
+	scripts/ensure-services.sh
+	FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-short: ## Quick tests (-short); tests whose service is missing skip
+	env -u FLASHSALE_TEST_REQUIRE_SERVICES $(GO) test -short $(PKGS)
+
+vet: ## gofmt check (fails if any file needs formatting) and go vet
+	@unformatted=$$(gofmt -l .) || exit 1; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+lint: vet ## vet, then staticcheck (pinned; first build takes about 2 minutes)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+bench: ## Run every benchmark once (-benchtime 1x)
+	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
+
+run: ## Ensure services, then run the demo (go run ./cmd/flashsale demo)
+	scripts/ensure-services.sh
+	$(GO) run ./cmd/flashsale demo
+
+ci: ## What CI runs: vet, test, bench once
+	$(MAKE) vet
+	$(MAKE) test
+	$(MAKE) bench
