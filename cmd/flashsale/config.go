@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -27,6 +28,15 @@ type config struct {
 	CatalogRefresh  time.Duration
 	RelayGrace      time.Duration
 	AckWait         time.Duration
+	MaxDeliver      int
+	ApplyBackoff    string
+	BreakerWindow   time.Duration
+	BreakerRatio    float64
+	BreakerMinReqs  int
+	BreakerOpenFor  time.Duration
+	FallbackConc    int
+	RedisTimeout    time.Duration
+	MonitorEvery    time.Duration
 	Failpoints      string
 	LogLevel        string
 	LogFormat       string
@@ -54,6 +64,17 @@ func (e *envFlags) int(p *int, name, env string, def int, usage string) {
 		def = n
 	}
 	e.fs.IntVar(p, name, def, usage+" ($"+env+")")
+}
+
+func (e *envFlags) float(p *float64, name, env string, def float64, usage string) {
+	if v := e.getenv(env); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			e.err = fmt.Errorf("$%s: %q is not a number", env, v)
+		}
+		def = f
+	}
+	e.fs.Float64Var(p, name, def, usage+" ($"+env+")")
 }
 
 func (e *envFlags) bool(p *bool, name, env string, def bool, usage string) {
@@ -100,6 +121,15 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.CatalogRefresh, "catalog-refresh", "FLASHSALE_CATALOG_REFRESH", 2*time.Second, "how often the in-memory SKU catalog is reloaded from the database")
 	e.dur(&c.RelayGrace, "relay-grace", "FLASHSALE_RELAY_GRACE", 2*time.Second, "age of an outbox entry before the relay's sweeper re-publishes it")
 	e.dur(&c.AckWait, "ack-wait", "FLASHSALE_ACK_WAIT", 30*time.Second, "how long the broker waits for the consumer's ack before redelivering")
+	e.int(&c.MaxDeliver, "max-deliver", "FLASHSALE_MAX_DELIVER", 3, "deliveries of a failing message (database healthy) before it is dead-lettered")
+	e.str(&c.ApplyBackoff, "apply-backoff", "FLASHSALE_APPLY_BACKOFF", "1s,5s,15s", "redelivery delays after a failed apply, by attempt (the last repeats)")
+	e.dur(&c.BreakerWindow, "breaker-window", "FLASHSALE_BREAKER_WINDOW", 10*time.Second, "rolling window of the Redis circuit breaker")
+	e.float(&c.BreakerRatio, "breaker-ratio", "FLASHSALE_BREAKER_RATIO", 0.5, "error ratio in the window that opens the breaker")
+	e.int(&c.BreakerMinReqs, "breaker-min-requests", "FLASHSALE_BREAKER_MIN_REQUESTS", 20, "calls the window must hold before the breaker may open")
+	e.dur(&c.BreakerOpenFor, "breaker-open-for", "FLASHSALE_BREAKER_OPEN_FOR", 5*time.Second, "how long the breaker stays open before a half-open probe")
+	e.int(&c.FallbackConc, "fallback-concurrency", "FLASHSALE_FALLBACK_CONCURRENCY", 8, "database fallback purchases in flight per instance; beyond it 503 busy (0 disables the fallback)")
+	e.dur(&c.RedisTimeout, "redis-timeout", "FLASHSALE_REDIS_TIMEOUT", time.Second, "deadline of one gate call (a timeout is an unknown outcome, asked again with the same order id)")
+	e.dur(&c.MonitorEvery, "redis-monitor-every", "FLASHSALE_REDIS_MONITOR_EVERY", time.Second, "how often the Redis run id is checked (a restart triggers a rebuild from the database)")
 	e.str(&c.Failpoints, "failpoints", "FLASHSALE_FAILPOINTS", "", "crash sites for fault tests only (name=exit|hang,...)")
 	e.str(&c.LogLevel, "log-level", "FLASHSALE_LOG_LEVEL", "info", "debug, info, warn or error")
 	e.str(&c.LogFormat, "log-format", "FLASHSALE_LOG_FORMAT", "text", "text or json")
@@ -122,6 +152,28 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, fmt.Errorf("apply-batch must be 1..10000")
 	case c.ApplyWorkers < 1:
 		return c, fmt.Errorf("apply-workers must be at least 1")
+	case c.MaxDeliver < 1:
+		return c, fmt.Errorf("max-deliver must be at least 1")
+	case c.BreakerRatio <= 0 || c.BreakerRatio > 1:
+		return c, fmt.Errorf("breaker-ratio must be in (0, 1]")
+	case c.FallbackConc < 0:
+		return c, fmt.Errorf("fallback-concurrency must be 0 or more")
+	}
+	if _, err := c.backoff(); err != nil {
+		return c, err
 	}
 	return c, nil
+}
+
+// backoff parses ApplyBackoff.
+func (c config) backoff() ([]time.Duration, error) {
+	var out []time.Duration
+	for _, part := range strings.Split(c.ApplyBackoff, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("apply-backoff: %q is not a list of positive durations (e.g. 1s,5s,15s)", c.ApplyBackoff)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }

@@ -72,7 +72,7 @@ func TestDuplicatesAndReplayApplyOnce(t *testing.T) {
 	}
 
 	// 2. Replay the original messages straight through the consumer's batch handler.
-	c := apply.New(h.a.store, h.a.gate, slog.New(slog.DiscardHandler), nil, apply.Config{})
+	c := apply.New(h.a.store, h.a.gate, h.a.queue, slog.New(slog.DiscardHandler), nil, apply.Config{})
 	c.Handle(ctx, msgs)
 
 	settle(t, h.a, "r", accepted, 10*time.Second)

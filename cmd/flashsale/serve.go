@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/flashsale/flashsale/internal/apply"
+	"github.com/flashsale/flashsale/internal/deadletter"
 	"github.com/flashsale/flashsale/internal/failpoint"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/metrics"
@@ -25,6 +26,7 @@ import (
 	"github.com/flashsale/flashsale/internal/purchase"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/relay"
+	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
 )
 
@@ -78,6 +80,7 @@ type app struct {
 	gate     *stockgate.Gate
 	relay    *relay.Relay
 	buy      *purchase.Service
+	catalog  *purchase.Catalog
 	sync     *reconcile.Syncer
 	metrics  *metrics.Metrics
 	handler  http.Handler
@@ -135,41 +138,60 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if err = cat.Refresh(octx); err != nil {
 		return nil, fmt.Errorf("loading sku catalog: %w", err)
 	}
-	a.sync = reconcile.NewSyncer(a.store, a.gate, log)
-	a.buy = purchase.New(cat, a.gate, a.relay, a.store, log, a.metrics)
+	a.sync = reconcile.NewSyncer(a.store, a.gate, a.queue, log)
+	a.catalog = cat
+	deps := purchase.Deps{
+		Catalog: cat, Gate: timeoutGate{a.gate, cfg.RedisTimeout}, Relay: a.relay, Orders: a.store,
+		Loader: a.sync, RebuildAll: a.rebuildAll, Log: log, Observer: a.metrics, Breaker: a.metrics,
+	}
+	if cfg.FallbackConc > 0 {
+		deps.Direct = a.store
+	}
+	a.buy = purchase.New(deps, purchase.BreakerConfig{
+		Window: cfg.BreakerWindow, FailureRatio: cfg.BreakerRatio, MinRequests: uint32(cfg.BreakerMinReqs),
+		OpenFor: cfg.BreakerOpenFor, FallbackConcurrency: cfg.FallbackConc, Disabled: cfg.FallbackConc == 0,
+	})
 
 	// Load every sale that is not over into Redis (a no-op resync for those
 	// already there), so a restarted or fresh Redis is never sold against stale.
-	for _, s := range cat.All() {
-		if !s.EndsAt.IsZero() && time.Now().After(s.EndsAt) {
-			continue
+	for _, s := range a.activeSKUs() {
+		if _, err := a.sync.Warm(octx, s); err != nil {
+			log.Warn("warm-up at start", "sku_id", s, "err", err)
 		}
-		if _, err := a.sync.Warm(octx, s.ID); err != nil {
-			log.Warn("warm-up at start", "sku_id", s.ID, "err", err)
-		}
+	}
+	monitor := reconcile.NewMonitor(a.gate, a.rebuildAll, log)
+	if _, err := monitor.RunOnce(octx); err != nil {
+		log.Warn("redis monitor", "err", err)
 	}
 
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
-		AdminToken: cfg.AdminToken,
-		Users:      httpapi.NewUserAuth(cfg.UserTokenSecret),
-		Metrics:    promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
-		Observe:    a.metrics.HTTP,
+		AdminToken:  cfg.AdminToken,
+		Users:       httpapi.NewUserAuth(cfg.UserTokenSecret),
+		DeadLetters: deadletter.New(a.queue, a.store, a.gate),
+		Breaker:     a.buy.BreakerState,
+		Metrics:     promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
+		Observe:     a.metrics.HTTP,
 		Ready: []httpapi.Checker{
-			{Name: "postgres", Check: a.store.Ping},
-			{Name: "redis", Check: a.gate.Ping},
+			// Purchases need PostgreSQL (the record) and Redis or the database
+			// fallback; while the queue is out they wait in the Redis outbox.
+			{Name: "postgres", Critical: true, Check: a.store.Ping},
+			{Name: "redis", Critical: cfg.FallbackConc == 0, Check: a.gate.Ping},
 			{Name: "jetstream", Check: a.queue.Ping},
 		},
 	})
 
 	wctx, wcancel := context.WithCancel(context.Background())
 	a.cancel = wcancel
-	consumer := apply.New(a.store, a.gate, log, a.metrics, apply.Config{Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers})
+	backoff, _ := cfg.backoff()
+	consumer := apply.New(a.store, a.gate, a.queue, log, a.metrics, apply.Config{
+		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff})
 	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
 	a.goRun(func() { a.relay.Run(wctx) })
 	a.goRun(func() {
 		cat.Run(wctx, cfg.CatalogRefresh, func(err error) { log.Warn("catalog refresh", "err", err) })
 	})
 	a.goRun(func() { a.expireLoop(wctx) })
+	a.goRun(func() { monitor.Run(wctx, cfg.MonitorEvery) })
 	return a, nil
 }
 
@@ -207,6 +229,44 @@ func (a *app) goRun(f func()) {
 		defer a.wg.Done()
 		f()
 	}()
+}
+
+// activeSKUs lists the sales that have not ended.
+func (a *app) activeSKUs() []string {
+	var out []string
+	now := time.Now()
+	for _, s := range a.catalog.All() {
+		if s.EndsAt.IsZero() || now.Before(s.EndsAt) {
+			out = append(out, s.ID)
+		}
+	}
+	return out
+}
+
+// rebuildAll rebuilds every active sale in Redis from the database.
+func (a *app) rebuildAll(ctx context.Context) error {
+	if err := a.catalog.Refresh(ctx); err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range a.activeSKUs() {
+		if _, err := a.sync.Rebuild(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// timeoutGate bounds each gate call: a hung Redis must not hold requests.
+type timeoutGate struct {
+	*stockgate.Gate
+	d time.Duration
+}
+
+func (g timeoutGate) Reserve(ctx context.Context, r sale.Reservation) (stockgate.ReserveResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.d)
+	defer cancel()
+	return g.Gate.Reserve(ctx, r)
 }
 
 // expireLoop drops Redis keys of sales that ended more than KeyRetention ago.

@@ -4,16 +4,23 @@
 // Retry contract, per message:
 //   - committed (applied or refused by the database) -> the gate closes the
 //     reservation (refused ones give their units back) -> ack;
-//   - malformed (cannot be decoded or validated) -> terminate, logged;
-//   - anything else (database or Redis unavailable, timeout) -> nak with a
-//     growing delay; the redelivery finds the idempotency row if the commit
-//     had happened, so nothing is applied twice.
+//   - malformed (cannot be decoded or validated) -> dead letter at once;
+//   - the database is down (it does not answer a ping) -> nak with a growing
+//     delay, however many deliveries: an outage never dead-letters anything;
+//   - the database answers but this message fails -> the batch is split and
+//     each message applied alone; one that still fails is nak'ed with a
+//     growing delay, and dead-lettered at MaxDeliver deliveries. Its stock
+//     stays reserved until an operator replays or discards it.
+//
+// A redelivery finds the idempotency row if the commit had happened, so
+// nothing is applied twice.
 package apply
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -28,6 +35,12 @@ import (
 // Store applies reservations in the database of record.
 type Store interface {
 	ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]orderstore.Outcome, error)
+	Ping(ctx context.Context) error
+}
+
+// DeadLetters keeps messages the consumer gives up on.
+type DeadLetters interface {
+	DeadLetter(ctx context.Context, m jetstream.Msg, orderID, sku, reason string) error
 }
 
 // Closer closes reservations in the gate once the database decided them.
@@ -48,6 +61,9 @@ type Config struct {
 	// Backoff lists the delays of redeliveries after a failure, by attempt
 	// (default 1s, 5s, 15s; the last repeats).
 	Backoff []time.Duration
+	// MaxDeliver is the number of deliveries after which a message that
+	// fails while the database is healthy is dead-lettered (default 3).
+	MaxDeliver int
 }
 
 func (c Config) withDefaults() Config {
@@ -66,26 +82,31 @@ func (c Config) withDefaults() Config {
 	if len(c.Backoff) == 0 {
 		c.Backoff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
 	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 3
+	}
 	return c
 }
 
 // Observer is told what each batch did (metrics); nil is fine.
 type Observer interface {
 	Batch(size int, applied, refused, duplicates int, elapsed time.Duration, err error)
+	DeadLettered()
 }
 
 // Consumer applies the stream to the database.
 type Consumer struct {
 	store Store
 	gate  Closer
+	dead  DeadLetters
 	log   *slog.Logger
 	cfg   Config
 	obs   Observer
 }
 
 // New returns a consumer.
-func New(store Store, gate Closer, log *slog.Logger, obs Observer, cfg Config) *Consumer {
-	return &Consumer{store: store, gate: gate, log: log, obs: obs, cfg: cfg.withDefaults()}
+func New(store Store, gate Closer, dead DeadLetters, log *slog.Logger, obs Observer, cfg Config) *Consumer {
+	return &Consumer{store: store, gate: gate, dead: dead, log: log, obs: obs, cfg: cfg.withDefaults()}
 }
 
 // Run consumes from cons with the configured number of workers until ctx is done.
@@ -146,10 +167,9 @@ func (c *Consumer) drain(ctx context.Context, it jetstream.MessagesContext) {
 	}
 }
 
-// Handle applies one batch of messages and acknowledges, naks or terminates
-// each according to the retry contract.
+// Handle applies one batch of messages and acknowledges, naks or
+// dead-letters each according to the retry contract.
 func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
-	start := time.Now()
 	rs := make([]sale.Reservation, 0, len(msgs))
 	good := make([]jetstream.Msg, 0, len(msgs))
 	for _, m := range msgs {
@@ -159,8 +179,8 @@ func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
 			err = r.Validate()
 		}
 		if err != nil {
-			c.log.Error("consumer: malformed message terminated", "subject", m.Subject(), "err", err)
-			_ = m.TermWithReason("malformed: " + err.Error())
+			c.log.Error("consumer: malformed message", "subject", m.Subject(), "err", err)
+			c.deadLetter(ctx, m, r, "malformed: "+err.Error())
 			continue
 		}
 		rs = append(rs, r)
@@ -169,15 +189,37 @@ func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
 	if len(rs) == 0 {
 		return
 	}
+	err := c.apply(ctx, rs, good)
+	if err == nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	down := c.store.Ping(pctx) != nil
+	cancel()
+	if down || len(rs) == 1 || ctx.Err() != nil {
+		c.retry(ctx, good, rs, err, down)
+		return
+	}
+	// The database answers: find the message(s) that fail by applying each alone.
+	for i := range rs {
+		if err := c.apply(ctx, rs[i:i+1], good[i:i+1]); err != nil {
+			c.retry(ctx, good[i:i+1], rs[i:i+1], err, false)
+		}
+	}
+}
+
+// apply runs one transaction for rs, closes the reservations in the gate and
+// acks. An error means nothing was acked; the caller decides the retry.
+func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jetstream.Msg) error {
+	start := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 
 	failpoint.Inject(failpoint.ConsumerBeforeCommit)
 	outs, err := c.store.ApplyBatch(bctx, rs)
 	if err != nil {
-		c.retry(good, err)
 		c.observe(len(rs), 0, 0, 0, start, err)
-		return
+		return err
 	}
 	failpoint.Inject(failpoint.ConsumerAfterCommitBeforeAck)
 
@@ -201,36 +243,67 @@ func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
 			failed[sku] = err
 		}
 	}
-	for i, m := range good {
+	var ferr error
+	for i, m := range msgs {
 		if err, bad := failed[rs[i].SKU]; bad {
 			// Committed, but Redis not yet closed: the redelivery is a
-			// duplicate in the database and closes it then.
-			c.retry([]jetstream.Msg{m}, err)
+			// duplicate in the database and closes it then. Redis being
+			// down is not the message's fault: never dead-letter for it.
+			c.retry(ctx, msgs[i:i+1], rs[i:i+1], err, true)
+			ferr = err
 			continue
 		}
 		if err := m.Ack(); err != nil {
 			c.log.Warn("consumer: ack", "order_id", rs[i].OrderID, "err", err)
 		}
 	}
-	var ferr error
-	for _, e := range failed {
-		ferr = e
-	}
 	c.observe(len(rs), applied, refused, dups, start, ferr)
+	return nil
 }
 
-func (c *Consumer) retry(msgs []jetstream.Msg, cause error) {
-	for _, m := range msgs {
+// retry naks msgs with a delay growing with their delivery count, or, when
+// the failure is the message's own (not an outage) and it has been delivered
+// MaxDeliver times, moves it to the dead letters.
+func (c *Consumer) retry(ctx context.Context, msgs []jetstream.Msg, rs []sale.Reservation, cause error, outage bool) {
+	for i, m := range msgs {
 		n := 1
 		if md, err := m.Metadata(); err == nil {
 			n = int(md.NumDelivered)
+		}
+		if !outage && n >= c.cfg.MaxDeliver {
+			c.deadLetter(ctx, m, rs[i], fmt.Sprintf("apply failed %d times: %v", n, cause))
+			continue
 		}
 		d := c.cfg.Backoff[min(n, len(c.cfg.Backoff))-1]
 		if err := m.NakWithDelay(d); err != nil {
 			c.log.Warn("consumer: nak", "err", err)
 		}
 	}
-	c.log.Warn("consumer: batch will be retried", "messages", len(msgs), "err", cause)
+	c.log.Warn("consumer: will retry", "messages", len(msgs), "outage", outage, "err", cause)
+}
+
+// deadLetter copies m to the dead letters, then terminates it. If the copy
+// fails, m is nak'ed and tried again later.
+func (c *Consumer) deadLetter(ctx context.Context, m jetstream.Msg, r sale.Reservation, reason string) {
+	if err := c.dead.DeadLetter(ctx, m, r.OrderID, r.SKU, reason); err != nil {
+		c.log.Error("consumer: dead-letter failed; will retry", "order_id", r.OrderID, "err", err)
+		_ = m.NakWithDelay(c.cfg.Backoff[len(c.cfg.Backoff)-1])
+		return
+	}
+	if err := m.TermWithReason(truncate(reason, 200)); err != nil {
+		c.log.Warn("consumer: term", "order_id", r.OrderID, "err", err)
+	}
+	c.log.Error("consumer: dead-lettered", "order_id", r.OrderID, "sku_id", r.SKU, "reason", reason)
+	if c.obs != nil {
+		c.obs.DeadLettered()
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 func (c *Consumer) observe(size, applied, refused, dups int, start time.Time, err error) {

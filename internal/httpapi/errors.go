@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/flashsale/flashsale/internal/sale"
 )
@@ -30,16 +31,32 @@ var errorCodes = []struct {
 	{sale.ErrStockConflict, http.StatusConflict, "stock_conflict"},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "body_too_large"},
 	{errMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+	{sale.ErrBusy, http.StatusServiceUnavailable, "busy"},
+	{errNoDeadLetter, http.StatusNotFound, "dead_letter_not_found"},
 	{sale.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{sale.ErrNotWarmed, http.StatusServiceUnavailable, "unavailable"},
 }
 
 var (
-	errNotFound  = errors.New("no such route")
-	errMethod    = errors.New("method not allowed")
-	errTooLarge  = errors.New("request body too large")
-	errMediaType = errors.New("Content-Type must be application/json")
+	errNotFound     = errors.New("no such route")
+	errMethod       = errors.New("method not allowed")
+	errTooLarge     = errors.New("request body too large")
+	errMediaType    = errors.New("Content-Type must be application/json")
+	errNoDeadLetter = errors.New("no such dead letter")
 )
+
+// busyMessage is the message of 503 busy, in the buyer's language.
+func busyMessage(r *http.Request) string {
+	const zh, en = "活动火爆，请稍后重试", "The sale is very busy, please try again shortly"
+	al := strings.ToLower(r.Header.Get("Accept-Language"))
+	switch {
+	case strings.HasPrefix(al, "zh"):
+		return zh
+	case strings.HasPrefix(al, "en"):
+		return en
+	}
+	return zh + " / " + en
+}
 
 type errorBody struct {
 	Error struct {
@@ -50,7 +67,7 @@ type errorBody struct {
 
 // writeError answers err with its status and code. Unknown errors are 500
 // with a generic message, and logged.
-func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var b errorBody
 	status := http.StatusInternalServerError
 	b.Error.Code = "internal"
@@ -60,6 +77,9 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 			status, b.Error.Code, b.Error.Message = e.status, e.code, err.Error()
 			break
 		}
+	}
+	if b.Error.Code == "busy" {
+		b.Error.Message = busyMessage(r)
 	}
 	if status == http.StatusInternalServerError {
 		log.Error("http: internal error", "err", err)

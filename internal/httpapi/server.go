@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/deadletter"
+	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/purchase"
 	"github.com/flashsale/flashsale/internal/reconcile"
@@ -22,17 +25,29 @@ type Admin interface {
 	Warm(ctx context.Context, id string) (reconcile.WarmResult, error)
 }
 
-// Checker reports whether a dependency is usable (readiness).
+// DeadLetters is what the dead-letter admin routes need.
+type DeadLetters interface {
+	List(ctx context.Context, after uint64, limit int) ([]orderqueue.DeadLetter, uint64, error)
+	Replay(ctx context.Context, seq uint64) (deadletter.Action, error)
+	Discard(ctx context.Context, seq uint64) (deadletter.Action, error)
+}
+
+// Checker reports whether a dependency is usable (readiness). A Critical
+// failing check makes the instance not ready (503); others only degrade it.
 type Checker struct {
-	Name  string
-	Check func(ctx context.Context) error
+	Name     string
+	Critical bool
+	Check    func(ctx context.Context) error
 }
 
 // Config of the API.
 type Config struct {
-	AdminToken string
-	Users      *UserAuth
-	Ready      []Checker
+	AdminToken  string
+	Users       *UserAuth
+	DeadLetters DeadLetters
+	// Breaker, if set, reports the Redis breaker's state for /readyz.
+	Breaker func() string
+	Ready   []Checker
 	// Timeout bounds the work of one request (default 5s).
 	Timeout time.Duration
 	// Metrics, if set, is served at /metrics.
@@ -64,6 +79,9 @@ func New(buy *purchase.Service, admin Admin, log *slog.Logger, cfg Config) *Serv
 func (s *Server) routes() {
 	s.handle("PUT /admin/v1/skus/{sku_id}", s.admin_(s.putSKU))
 	s.handle("POST /admin/v1/skus/{sku_id}/warmup", s.admin_(s.warmup))
+	s.handle("GET /admin/v1/dlq", s.admin_(s.listDLQ))
+	s.handle("POST /admin/v1/dlq/{seq}/replay", s.admin_(s.dlqAction(true)))
+	s.handle("POST /admin/v1/dlq/{seq}/discard", s.admin_(s.dlqAction(false)))
 	s.handle("GET /api/v1/skus/{sku_id}", s.getSKU)
 	s.handle("POST /api/v1/orders", s.user(s.createOrder))
 	s.handle("GET /api/v1/orders/{order_id}", s.user(s.getOrder))
@@ -93,7 +111,7 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 		defer cancel()
 		if err := h(sw, r.WithContext(ctx)); err != nil {
-			writeError(sw, s.log, err)
+			writeError(sw, r, s.log, err)
 		}
 		if s.cfg.Observe != nil {
 			s.cfg.Observe(pattern, sw.status, time.Since(start))
@@ -117,11 +135,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(allow) == 0 {
-		writeError(w, s.log, errNotFound)
+		writeError(w, r, s.log, errNotFound)
 		return
 	}
 	w.Header().Set("Allow", strings.Join(allow, ", "))
-	writeError(w, s.log, errMethod)
+	writeError(w, r, s.log, errMethod)
 }
 
 func (s *Server) admin_(h handlerFunc) handlerFunc {
@@ -263,7 +281,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, orderAccepted{OrderID: res.OrderID, Status: string(sale.StatusQueued)})
+	writeJSON(w, http.StatusAccepted, orderAccepted{OrderID: res.OrderID, Status: string(res.Status)})
 	return nil
 }
 
@@ -292,23 +310,95 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// readyz answers 200 while the instance can take purchases: status "ok",
+// or "degraded" when a non-critical dependency is out (the queue: purchases
+// wait in the Redis outbox; Redis: the database fallback sells). 503 when a
+// critical one is out.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	checks := map[string]string{}
-	ok := true
+	status, code := "ok", http.StatusOK
 	for _, c := range s.cfg.Ready {
 		if err := c.Check(r.Context()); err != nil {
 			checks[c.Name] = err.Error()
-			ok = false
+			if c.Critical {
+				status, code = "unavailable", http.StatusServiceUnavailable
+			} else if status == "ok" {
+				status = "degraded"
+			}
 		} else {
 			checks[c.Name] = "ok"
 		}
 	}
-	status := http.StatusOK
-	if !ok {
-		status = http.StatusServiceUnavailable
+	body := map[string]any{"status": status, "ready": code == http.StatusOK, "checks": checks}
+	if s.cfg.Breaker != nil {
+		body["breaker"] = s.cfg.Breaker()
+		if body["breaker"] != "closed" && status == "ok" {
+			body["status"] = "degraded"
+		}
 	}
-	writeJSON(w, status, map[string]any{"ready": ok, "checks": checks})
+	writeJSON(w, code, body)
 	return nil
+}
+
+func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.DeadLetters == nil {
+		return errNotFound
+	}
+	after, err := queryUint(r, "after", 0)
+	if err != nil {
+		return err
+	}
+	limit, err := queryUint(r, "limit", 100)
+	if err != nil || limit < 1 || limit > 1000 {
+		return fmt.Errorf("%w: limit must be 1..1000", sale.ErrInvalid)
+	}
+	ds, n, err := s.cfg.DeadLetters.List(r.Context(), after, int(limit))
+	if err != nil {
+		return err
+	}
+	if ds == nil {
+		ds = []orderqueue.DeadLetter{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": ds, "count": n})
+	return nil
+}
+
+func (s *Server) dlqAction(replay bool) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if s.cfg.DeadLetters == nil {
+			return errNotFound
+		}
+		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+		if err != nil || seq == 0 {
+			return fmt.Errorf("%w: seq must be a positive whole number", sale.ErrInvalid)
+		}
+		var a deadletter.Action
+		if replay {
+			a, err = s.cfg.DeadLetters.Replay(r.Context(), seq)
+		} else {
+			a, err = s.cfg.DeadLetters.Discard(r.Context(), seq)
+		}
+		if deadletter.IsNotFound(err) {
+			return errNoDeadLetter
+		}
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, a)
+		return nil
+	}
+}
+
+func queryUint(r *http.Request, name string, def uint64) (uint64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s must be a whole number", sale.ErrInvalid, name)
+	}
+	return n, nil
 }
 
 func timePtr(t time.Time) *time.Time {

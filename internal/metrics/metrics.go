@@ -20,6 +20,9 @@ type Metrics struct {
 	batchTime    prometheus.Histogram
 	applied      *prometheus.CounterVec
 	batchErrors  prometheus.Counter
+	deadLetters  prometheus.Counter
+	breaker      *prometheus.GaugeVec
+	breakerTrans *prometheus.CounterVec
 }
 
 // New registers the metrics on a fresh registry (plus Go and process collectors).
@@ -50,6 +53,16 @@ func New() *Metrics {
 			Name: "flashsale_apply_batch_errors_total", Help: "Batches that failed and were handed back to the queue for redelivery.",
 		}),
 	}
+	m.deadLetters = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_dead_letters_total", Help: "Reservations moved to the dead-letter stream.",
+	})
+	m.breaker = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "flashsale_breaker_state", Help: "1 for the current state of the Redis circuit breaker (closed, half-open, open).",
+	}, []string{"state"})
+	m.breakerTrans = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_breaker_transitions_total", Help: "Redis circuit breaker state changes, by new state.",
+	}, []string{"to"})
+	r.MustRegister(m.deadLetters, m.breaker, m.breakerTrans)
 	r.MustRegister(m.purchases, m.httpDuration, m.batchSize, m.batchTime, m.applied, m.batchErrors)
 	return m
 }
@@ -73,4 +86,19 @@ func (m *Metrics) Batch(size, applied, refused, dups int, d time.Duration, err e
 	m.applied.WithLabelValues("applied").Add(float64(applied))
 	m.applied.WithLabelValues("refused").Add(float64(refused))
 	m.applied.WithLabelValues("duplicate").Add(float64(dups))
+}
+
+// DeadLettered counts one dead-lettered reservation.
+func (m *Metrics) DeadLettered() { m.deadLetters.Inc() }
+
+// BreakerState records the breaker's new state.
+func (m *Metrics) BreakerState(state string) {
+	for _, s := range []string{"closed", "half-open", "open"} {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.breaker.WithLabelValues(s).Set(v)
+	}
+	m.breakerTrans.WithLabelValues(state).Inc()
 }

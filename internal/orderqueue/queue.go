@@ -6,7 +6,6 @@ package orderqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -19,6 +18,10 @@ const (
 	StreamName    = "FLASHSALE_ORDERS"
 	SubjectPrefix = "flashsale.orders."
 	ConsumerName  = "flashsale-apply"
+	// DeadLetterStream keeps reservations the consumer gave up on, until an
+	// operator replays or discards them. Nothing expires from it.
+	DeadLetterStream = "FLASHSALE_DLQ"
+	DeadLetterPrefix = "flashsale.dlq."
 )
 
 // Config tunes the stream and the consumer. Zero values take the defaults.
@@ -58,6 +61,7 @@ func (c Config) withDefaults() Config {
 type Queue struct {
 	js       jetstream.JetStream
 	stream   jetstream.Stream
+	dlq      jetstream.Stream
 	consumer jetstream.Consumer
 }
 
@@ -81,6 +85,17 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orderqueue: stream: %w", err)
 	}
+	dlq, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:       DeadLetterStream,
+		Subjects:   []string{DeadLetterPrefix + "*"},
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		Duplicates: cfg.DuplicateWindow,
+		Replicas:   cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orderqueue: dead-letter stream: %w", err)
+	}
 	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -92,7 +107,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orderqueue: consumer: %w", err)
 	}
-	return &Queue{js: js, stream: st, consumer: cons}, nil
+	return &Queue{js: js, stream: st, dlq: dlq, consumer: cons}, nil
 }
 
 // Message is one reservation to publish.
@@ -157,6 +172,3 @@ func (q *Queue) Ping(ctx context.Context) error {
 
 // JetStream exposes the client for tools and tests (replay, inspection).
 func (q *Queue) JetStream() jetstream.JetStream { return q.js }
-
-// ErrClosed is returned by consumers when the connection is gone for good.
-var ErrClosed = errors.New("orderqueue: closed")

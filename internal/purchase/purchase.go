@@ -5,13 +5,16 @@ package purchase
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
 )
@@ -38,21 +41,57 @@ type Observer interface {
 	Purchase(outcome string)
 }
 
+// Loader loads a sale into Redis from the database (warm-up or rebuild).
+type Loader interface {
+	Warm(ctx context.Context, id string) (reconcile.WarmResult, error)
+}
+
+// Deps are the parts a Service is built from. Direct, Loader and
+// RebuildAll may be nil in tests of the plain path (no fallback, no
+// self-healing).
+type Deps struct {
+	Catalog *Catalog
+	Gate    Gate
+	Relay   Notifier
+	Orders  OrderReader
+	// Direct sells from the database while the breaker is open.
+	Direct DirectBuyer
+	// Loader re-loads a sale the gate reports as not loaded (Redis lost it).
+	Loader Loader
+	// RebuildAll rebuilds every active sale in Redis (before the breaker closes).
+	RebuildAll func(ctx context.Context) error
+	Log        *slog.Logger
+	Observer   Observer
+	Breaker    BreakerObserver
+}
+
 // Service is the purchase path. Safe for concurrent use.
 type Service struct {
 	Catalog *Catalog
 	gate    Gate
 	relay   Notifier
 	orders  OrderReader
+	loader  Loader
+	guard   *guard
 	log     *slog.Logger
 	obs     Observer
 	now     func() time.Time
+	loading sync.Map // sku -> struct{}: a load triggered by this instance is running
 }
 
 // New returns a purchase service.
-func New(cat *Catalog, gate Gate, relay Notifier, orders OrderReader, log *slog.Logger, obs Observer) *Service {
-	return &Service{Catalog: cat, gate: gate, relay: relay, orders: orders, log: log, obs: obs, now: time.Now}
+func New(d Deps, bc BreakerConfig) *Service {
+	s := &Service{Catalog: d.Catalog, gate: d.Gate, relay: d.Relay, orders: d.Orders, loader: d.Loader, log: d.Log, obs: d.Observer, now: time.Now}
+	rebuild := d.RebuildAll
+	if rebuild == nil {
+		rebuild = func(context.Context) error { return nil }
+	}
+	s.guard = newGuard(bc, d.Direct, rebuild, d.Log, d.Breaker)
+	return s
 }
+
+// BreakerState returns the state of the circuit breaker around Redis.
+func (s *Service) BreakerState() string { return s.guard.State() }
 
 // Request is one purchase as the API received it (user already authenticated).
 type Request struct {
@@ -67,6 +106,9 @@ type Result struct {
 	OrderID string
 	// Duplicate is true when the Idempotency-Key had already made this order.
 	Duplicate bool
+	// Status is StatusQueued (admitted by Redis) or, when the database
+	// fallback sold it, StatusPendingPayment.
+	Status sale.Status
 }
 
 // Buy admits or refuses a purchase. Errors: sale.ErrInvalid, ErrUnknownSKU,
@@ -114,37 +156,73 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		AcceptedAt:     now.UnixMilli(),
 		IdempotencyKey: req.IdempotencyKey,
 	}
-	gr, err := s.gate.Reserve(ctx, r)
+	gr, err := s.guard.reserve(ctx, func(ctx context.Context) (stockgate.ReserveResult, error) {
+		return s.reserve(ctx, r)
+	})
 	switch {
 	case err == nil:
+	case errors.Is(err, errBreakerOpen):
+		return s.guard.buyDirect(ctx, r, now)
 	case errors.Is(err, sale.ErrNotWarmed):
-		return Result{}, fmt.Errorf("%w: sale %s is not loaded in redis", sale.ErrUnavailable, req.SKU)
+		s.triggerLoad(r.SKU)
+		return Result{}, fmt.Errorf("%w: sale %s is being loaded into redis, retry shortly", sale.ErrUnavailable, req.SKU)
 	case isBusiness(err):
 		return Result{}, err
 	default:
-		// The script may have run: its reply was lost. The reservation id
-		// tells whether it exists; never assume it failed.
-		return s.resolveUnknown(r, err)
+		return Result{}, fmt.Errorf("%w: %v", sale.ErrUnavailable, err)
 	}
 	if !gr.Duplicate {
 		s.relay.Notify(r.SKU, gr.OrderID, gr.Payload)
 	}
-	return Result{OrderID: gr.OrderID, Duplicate: gr.Duplicate}, nil
+	return Result{OrderID: gr.OrderID, Duplicate: gr.Duplicate, Status: sale.StatusQueued}, nil
 }
 
-func (s *Service) resolveUnknown(r sale.Reservation, cause error) (Result, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if _, found, err := s.gate.Lookup(ctx, r.SKU, r.OrderID); err == nil && found {
-		// Accepted: the relay's sweeper publishes it from the outbox.
-		return Result{OrderID: r.OrderID}, nil
+// reserve calls the gate. A transport error means the outcome is unknown:
+// the script may have run and its reply been lost. It is retried with the
+// same order id, which the script recognises, so a purchase is never
+// reserved twice; the error is returned only if no attempt got an answer.
+func (s *Service) reserve(ctx context.Context, r sale.Reservation) (stockgate.ReserveResult, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var gr stockgate.ReserveResult
+		gr, err = s.gate.Reserve(ctx, r)
+		if err == nil {
+			if gr.Duplicate && gr.OrderID == r.OrderID {
+				// Our earlier attempt did run: this is our reservation.
+				payload, _ := json.Marshal(r)
+				return stockgate.ReserveResult{OrderID: r.OrderID, Payload: payload}, nil
+			}
+			return gr, nil
+		}
+		if isBusiness(err) || errors.Is(err, sale.ErrNotWarmed) || ctx.Err() != nil {
+			return gr, err
+		}
+		s.log.Warn("purchase: gate outcome unknown, asking again with the same order id", "order_id", r.OrderID, "attempt", attempt+1, "err", err)
 	}
-	s.log.Warn("purchase: gate outcome unknown", "order_id", r.OrderID, "err", cause)
-	return Result{}, fmt.Errorf("%w: %v", sale.ErrUnavailable, cause)
+	return stockgate.ReserveResult{}, err
+}
+
+// triggerLoad starts loading sku into Redis in the background, at most once
+// at a time per SKU in this instance.
+func (s *Service) triggerLoad(sku string) {
+	if s.loader == nil {
+		return
+	}
+	if _, running := s.loading.LoadOrStore(sku, struct{}{}); running {
+		return
+	}
+	go func() {
+		defer s.loading.Delete(sku)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := s.loader.Warm(ctx, sku); err != nil {
+			s.log.Warn("purchase: loading sale into redis", "sku_id", sku, "err", err)
+		}
+	}()
 }
 
 func isBusiness(err error) bool {
-	for _, e := range []error{sale.ErrSoldOut, sale.ErrLimitReached, sale.ErrSaleNotOpen, sale.ErrSaleEnded, sale.ErrInvalid} {
+	for _, e := range []error{sale.ErrSoldOut, sale.ErrLimitReached, sale.ErrSaleNotOpen, sale.ErrSaleEnded, sale.ErrInvalid, sale.ErrUnknownSKU} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -166,6 +244,8 @@ func outcomeOf(err error) string {
 		return "not_open"
 	case errors.Is(err, sale.ErrInvalid):
 		return "invalid"
+	case errors.Is(err, sale.ErrBusy):
+		return "busy"
 	}
 	return "error"
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/sale"
@@ -25,9 +26,16 @@ type Store interface {
 	LiveHoldings(ctx context.Context, sku string) (map[string]int64, error)
 }
 
+// Queue finds reservations that may be in flight in the stream (not yet
+// acknowledged by the consumer, or dead-lettered).
+type Queue interface {
+	Unapplied(ctx context.Context, sku string) ([]sale.Reservation, error)
+}
+
 // Gate is the Redis side.
 type Gate interface {
-	Seed(ctx context.Context, sku string, cfg stockgate.Config, available int64, holdings map[string]int64, epoch string) (bool, error)
+	Seed(ctx context.Context, sku string, cfg stockgate.Config, available int64, holdings map[string]int64, inflight []sale.Reservation, epoch string) (bool, error)
+	Fence(ctx context.Context, sku string) error
 	ReadInFlight(ctx context.Context, sku string) (stockgate.InFlight, error)
 	Resync(ctx context.Context, sku string, cfg stockgate.Config, f stockgate.InFlight, dbStock int64, processed map[string]bool) (int64, error)
 	Adjust(ctx context.Context, sku string, cfg stockgate.Config, delta int64) (int64, error)
@@ -37,12 +45,30 @@ type Gate interface {
 type Syncer struct {
 	store Store
 	gate  Gate
+	queue Queue
 	log   *slog.Logger
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
 }
 
-// NewSyncer returns a Syncer.
-func NewSyncer(store Store, gate Gate, log *slog.Logger) *Syncer {
-	return &Syncer{store: store, gate: gate, log: log}
+// NewSyncer returns a Syncer. queue may be nil (then only Redis' own
+// in-flight records count as in flight).
+func NewSyncer(store Store, gate Gate, queue Queue, log *slog.Logger) *Syncer {
+	return &Syncer{store: store, gate: gate, queue: queue, log: log, locks: map[string]*sync.Mutex{}}
+}
+
+// lock serialises loads of one SKU within this process.
+func (s *Syncer) lock(id string) func() {
+	s.mu.Lock()
+	l, ok := s.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		s.locks[id] = l
+	}
+	s.mu.Unlock()
+	l.Lock()
+	return l.Unlock
 }
 
 // WarmResult says what Warm did.
@@ -60,6 +86,26 @@ type WarmResult struct {
 // flight; a reservation racing with it can only make Redis show fewer units
 // for a moment. Errors wrap sale.ErrUnknownSKU when the SKU does not exist.
 func (s *Syncer) Warm(ctx context.Context, id string) (WarmResult, error) {
+	defer s.lock(id)()
+	return s.warm(ctx, id)
+}
+
+// Rebuild unloads sku from Redis (the gate refuses it meanwhile) and loads it
+// again from the database: for a Redis that lost or may have lost writes,
+// and after the database fallback sold while Redis was out. Buyers' holdings
+// are rebuilt from live orders plus reservations in flight.
+func (s *Syncer) Rebuild(ctx context.Context, id string) (WarmResult, error) {
+	defer s.lock(id)()
+	if _, err := s.store.SKU(ctx, id); err != nil {
+		return WarmResult{}, err
+	}
+	if err := s.gate.Fence(ctx, id); err != nil {
+		return WarmResult{}, err
+	}
+	return s.warm(ctx, id)
+}
+
+func (s *Syncer) warm(ctx context.Context, id string) (WarmResult, error) {
 	sku, err := s.store.SKU(ctx, id)
 	if err != nil {
 		return WarmResult{}, err
@@ -70,23 +116,73 @@ func (s *Syncer) Warm(ctx context.Context, id string) (WarmResult, error) {
 		return WarmResult{}, err
 	}
 	if !f.Loaded {
-		holdings, err := s.store.LiveHoldings(ctx, id)
-		if err != nil {
-			return WarmResult{}, err
-		}
-		seeded, err := s.gate.Seed(ctx, id, cfg, sku.Stock, holdings, newEpoch())
+		res, seeded, err := s.seed(ctx, sku, cfg, f)
 		if err != nil {
 			return WarmResult{}, err
 		}
 		if seeded {
-			s.log.Info("sale loaded into redis", "sku_id", id, "available", sku.Stock)
-			return WarmResult{SKU: id, Seeded: true, Available: sku.Stock, DBStock: sku.Stock}, nil
+			s.log.Info("sale loaded into redis", "sku_id", id, "available", res.Available, "in_flight", res.InFlight)
 		}
-		// Another instance loaded it meanwhile: resynchronise instead.
+		// Close what was applied between the reads and the seed (or resync
+		// what another instance seeded meanwhile).
 		if f, err = s.gate.ReadInFlight(ctx, id); err != nil {
 			return WarmResult{}, err
 		}
+		r2, err := s.resync(ctx, id, cfg, f)
+		r2.Seeded = seeded
+		return r2, err
 	}
+	return s.resync(ctx, id, cfg, f)
+}
+
+// seed loads an unloaded SKU. In flight are the reservations Redis still
+// records and those the stream holds unacknowledged or dead-lettered, less
+// those the database has processed.
+func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f stockgate.InFlight) (WarmResult, bool, error) {
+	cand := map[string]sale.Reservation{}
+	for _, r := range f.Reservations {
+		cand[r.OrderID] = r
+	}
+	if s.queue != nil {
+		more, err := s.queue.Unapplied(ctx, sku.ID)
+		if err != nil {
+			return WarmResult{}, false, fmt.Errorf("reading the stream's in-flight reservations: %w", err)
+		}
+		for _, r := range more {
+			cand[r.OrderID] = r
+		}
+	}
+	ids := make([]string, 0, len(cand))
+	for id := range cand {
+		ids = append(ids, id)
+	}
+	stock, processed, err := s.store.Snapshot(ctx, sku.ID, ids)
+	if err != nil {
+		return WarmResult{}, false, err
+	}
+	holdings, err := s.store.LiveHoldings(ctx, sku.ID)
+	if err != nil {
+		return WarmResult{}, false, err
+	}
+	var inflight []sale.Reservation
+	var units int64
+	for id, r := range cand {
+		if _, done := processed[id]; done {
+			continue
+		}
+		inflight = append(inflight, r)
+		units += r.Quantity
+		holdings[r.User] += r.Quantity
+	}
+	avail := max(stock-units, 0)
+	seeded, err := s.gate.Seed(ctx, sku.ID, cfg, avail, holdings, inflight, newEpoch())
+	if err != nil {
+		return WarmResult{}, false, err
+	}
+	return WarmResult{SKU: sku.ID, Seeded: seeded, Available: avail, DBStock: stock, InFlight: units}, seeded, nil
+}
+
+func (s *Syncer) resync(ctx context.Context, id string, cfg stockgate.Config, f stockgate.InFlight) (WarmResult, error) {
 	ids := make([]string, len(f.Reservations))
 	for i, r := range f.Reservations {
 		ids[i] = r.OrderID

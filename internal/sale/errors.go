@@ -25,6 +25,9 @@ var (
 	// ErrStockConflict is returned when an admin stock change would take
 	// available stock below zero (more units are already sold or reserved).
 	ErrStockConflict = errors.New("stock change conflicts with units already sold")
+	// ErrBusy is returned when the database fallback is at its concurrency
+	// cap (Redis is out and the database is saturated): try again shortly.
+	ErrBusy = errors.New("the sale is very busy, please try again")
 	// ErrUnavailable is returned when a dependency (Redis, the queue, the database) cannot serve now.
 	ErrUnavailable = errors.New("temporarily unavailable")
 )

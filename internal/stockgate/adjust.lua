@@ -4,7 +4,7 @@
 -- KEYS[1] meta
 -- ARGV[1] delta  ARGV[2] limit  ARGV[3] starts ms  ARGV[4] ends ms
 -- Returns {1, avail} done, {0, avail} refused, {-2} not loaded.
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return {-2}
 end
 local delta = tonumber(ARGV[1])

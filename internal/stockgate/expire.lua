@@ -4,7 +4,7 @@
 -- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox  KEYS[5] idem
 -- ARGV[1] now ms  ARGV[2] retention ms
 -- Returns 1 dropped, 0 kept (not ended long enough, or work in flight), -2 not loaded.
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return -2
 end
 local ends = tonumber(redis.call('HGET', KEYS[1], 'ends')) or 0

@@ -5,13 +5,16 @@
 -- ARGV: pairs of (order_id, outcome) where outcome is
 --   'a' applied in the database: the units stay sold; forget the reservation
 --   'f' refused by the database: give the units and the buyer's slot back
+-- While the SKU is unloaded (fenced for a rebuild, or lost) only the entries
+-- are closed: the rebuild computes units and buyers from the database.
 -- Returns {closed_applied, compensated_units}
+local loaded = redis.call('HEXISTS', KEYS[1], 'epoch') == 1
 local applied, units = 0, 0
 for i = 1, #ARGV, 2 do
   local id, outcome = ARGV[i], ARGV[i + 1]
   local payload = redis.call('HGET', KEYS[3], id)
   if payload then
-    if outcome == 'f' then
+    if outcome == 'f' and loaded then
       local r = cjson.decode(payload)
       local qty = tonumber(r['quantity'])
       redis.call('HINCRBY', KEYS[1], 'avail', qty)

@@ -17,8 +17,10 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -41,6 +43,8 @@ var (
 	adjustLua string
 	//go:embed expire.lua
 	expireLua string
+	//go:embed fence.lua
+	fenceLua string
 )
 
 // Gate is the Redis side of the purchase path. It is safe for concurrent use.
@@ -54,6 +58,7 @@ type Gate struct {
 	resync   *rueidis.Lua
 	adjust   *rueidis.Lua
 	expire   *rueidis.Lua
+	fence    *rueidis.Lua
 }
 
 // New returns a Gate on client c whose keys all start with prefix + ":".
@@ -70,6 +75,7 @@ func New(c rueidis.Client, prefix string) *Gate {
 		resync:   rueidis.NewLuaScript(resyncLua),
 		adjust:   rueidis.NewLuaScript(adjustLua),
 		expire:   rueidis.NewLuaScript(expireLua),
+		fence:    rueidis.NewLuaScript(fenceLua),
 	}
 }
 
@@ -197,25 +203,44 @@ func ms(t time.Time) string {
 	return strconv.FormatInt(t.UnixMilli(), 10)
 }
 
-// Seed loads a SKU that Redis does not hold: available units, configuration,
-// and the buyers' holdings (user -> units of live orders). It returns false
-// and changes nothing if the SKU is already loaded (use Resync then).
-func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, epoch string) (bool, error) {
+// Seed loads a SKU that Redis does not hold: available units,
+// configuration, the buyers' holdings (user -> units of live orders and of
+// reservations in flight) and the reservations in flight (recorded again so
+// that their outcome can still be closed exactly once). It returns false and
+// changes nothing if the SKU is already loaded (use Resync then).
+func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, inflight []sale.Reservation, epoch string) (bool, error) {
 	k := g.KeysOf(sku)
-	args := []string{strconv.FormatInt(available, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), epoch}
+	args := []string{strconv.FormatInt(available, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), epoch,
+		strconv.Itoa(len(holdings))}
 	for u, n := range holdings {
 		args = append(args, u, strconv.FormatInt(n, 10))
 	}
-	n, err := g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers}, args).AsInt64()
+	for _, r := range inflight {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return false, err
+		}
+		args = append(args, r.OrderID, string(b))
+	}
+	n, err := g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res}, args).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stockgate: seed: %w", err)
 	}
 	if n == 1 {
-		if err := g.c.Do(ctx, g.c.B().Sadd().Key(g.registry()).Member(sku).Build()).Error(); err != nil {
+		if err := g.Register(ctx, sku); err != nil {
 			return true, fmt.Errorf("stockgate: register: %w", err)
 		}
 	}
 	return n == 1, nil
+}
+
+// Fence unloads sku: the gate refuses it (sale.ErrNotWarmed) until Seed
+// loads it again. In-flight entries and the reserved counter are kept.
+func (g *Gate) Fence(ctx context.Context, sku string) error {
+	if err := g.fence.Exec(ctx, g.c, []string{g.KeysOf(sku).Meta}, nil).Error(); err != nil {
+		return fmt.Errorf("stockgate: fence: %w", err)
+	}
+	return nil
 }
 
 // InFlight is an atomic read of a SKU's reservations not yet closed.
@@ -236,7 +261,8 @@ func (f InFlight) Units() int64 {
 }
 
 // ReadInFlight returns, in one atomic step, the SKU's in-flight reservations,
-// its reserved counter and available units.
+// its reserved counter and available units (entries are returned even when
+// the SKU is not loaded).
 func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
 	k := g.KeysOf(sku)
 	vals, err := g.inflight.Exec(ctx, g.c, []string{k.Meta, k.Res}, nil).ToArray()
@@ -422,10 +448,36 @@ func (g *Gate) Expire(ctx context.Context, sku string, now time.Time, retention 
 	if err != nil {
 		return false, fmt.Errorf("stockgate: expire: %w", err)
 	}
-	if n == 1 || n == -2 {
+	if n == 1 {
 		if err := g.c.Do(ctx, g.c.B().Srem().Key(g.registry()).Member(sku).Build()).Error(); err != nil {
 			return n == 1, err
 		}
 	}
 	return n == 1, nil
+}
+
+// RunID returns the Redis server's run id: it changes whenever the server
+// restarts, and a restarted server may have lost writes.
+func (g *Gate) RunID(ctx context.Context) (string, error) {
+	info, err := g.c.Do(ctx, g.c.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		return "", fmt.Errorf("stockgate: info: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return v, nil
+		}
+	}
+	return "", errors.New("stockgate: no run_id in INFO server")
+}
+
+// SwapRunID records id as the run id the sales were last loaded for and
+// returns the one recorded before ("" if none: a new or emptied Redis).
+// Of several instances noticing the same restart, exactly one sees the old id.
+func (g *Gate) SwapRunID(ctx context.Context, id string) (string, error) {
+	prev, err := g.c.Do(ctx, g.c.B().Set().Key(g.prefix+":runid").Value(id).Get().Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", nil
+	}
+	return prev, err
 }

@@ -39,7 +39,7 @@ func res(sku, user string, qty int64) sale.Reservation {
 
 func seed(t testing.TB, g *stockgate.Gate, sku string, stock, limit int64) {
 	t.Helper()
-	ok, err := g.Seed(context.Background(), sku, stockgate.Config{PerUserLimit: limit}, stock, nil, "e1")
+	ok, err := g.Seed(context.Background(), sku, stockgate.Config{PerUserLimit: limit}, stock, nil, nil, "e1")
 	if err != nil || !ok {
 		t.Fatalf("seed: %v %v", ok, err)
 	}
@@ -103,7 +103,7 @@ func TestReserveWindow(t *testing.T) {
 		{"late", time.Time{}, now.Add(-time.Second), sale.ErrSaleEnded},
 		{"open", now.Add(-time.Hour), now.Add(time.Hour), nil},
 	} {
-		if _, err := g.Seed(ctx, c.sku, stockgate.Config{PerUserLimit: 1, StartsAt: c.start, EndsAt: c.end}, 5, nil, "e"); err != nil {
+		if _, err := g.Seed(ctx, c.sku, stockgate.Config{PerUserLimit: 1, StartsAt: c.start, EndsAt: c.end}, 5, nil, nil, "e"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := g.Reserve(ctx, res(c.sku, "u", 1)); !errors.Is(err, c.want) {
@@ -299,7 +299,7 @@ func TestExpireKeepsInFlight(t *testing.T) {
 	g, c := newGate(t)
 	ctx := context.Background()
 	now := time.Now()
-	if _, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 1, EndsAt: now.Add(time.Minute)}, 5, nil, "e"); err != nil {
+	if _, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 1, EndsAt: now.Add(time.Minute)}, 5, nil, nil, "e"); err != nil {
 		t.Fatal(err)
 	}
 	r := res("s", "u", 1)
@@ -325,5 +325,57 @@ func TestExpireKeepsInFlight(t *testing.T) {
 	}
 	if skus, _ := g.SKUs(ctx); len(skus) != 0 {
 		t.Fatalf("still registered: %v", skus)
+	}
+}
+
+// TestFenceAndSeed: a fenced SKU refuses purchases; finalize while fenced
+// closes entries without touching units; a seed restores the in-flight
+// entries so their outcome can still be closed once.
+func TestFenceAndSeed(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	seed(t, g, "s", 10, 5)
+	a, b := res("s", "u1", 2), res("s", "u2", 1)
+	for _, r := range []sale.Reservation{a, b} {
+		if _, err := g.Reserve(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.Fence(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Reserve(ctx, res("s", "u3", 1)); !errors.Is(err, sale.ErrNotWarmed) {
+		t.Fatalf("fenced sku accepted: %v", err)
+	}
+	if _, ok, _ := g.Available(ctx, "s"); ok {
+		t.Fatal("fenced sku reports available units")
+	}
+	// b is refused by the database while fenced: only its entry goes.
+	if units, err := g.Finalize(ctx, "s", []stockgate.Outcome{{OrderID: b.OrderID, Refused: true}}); err != nil || units != 0 {
+		t.Fatalf("finalize while fenced: %d %v", units, err)
+	}
+	f, err := g.ReadInFlight(ctx, "s")
+	if err != nil || f.Loaded || len(f.Reservations) != 1 || f.Reserved != 3 {
+		t.Fatalf("in flight while fenced: %+v %v", f, err)
+	}
+	// Rebuild: 10 in the database, a still in flight.
+	ok, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 8, map[string]int64{"u1": 2}, f.Reservations, "e2")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if got := avail(t, g, "s"); got != 8 {
+		t.Fatalf("available %d", got)
+	}
+	if ok, _ := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 99, nil, nil, "e3"); ok {
+		t.Fatal("seeded a loaded sku")
+	}
+	if units, _ := g.Finalize(ctx, "s", []stockgate.Outcome{{OrderID: a.OrderID, Refused: true}}); units != 2 {
+		t.Fatalf("refusal after rebuild gave back %d, want 2", units)
+	}
+	if h, _ := g.Held(ctx, "s", "u1"); h != 0 {
+		t.Fatalf("u1 holds %d", h)
+	}
+	if f, _ := g.ReadInFlight(ctx, "s"); f.Reserved != 3 || !f.Loaded {
+		t.Fatalf("reserved counter went backwards or not loaded: %+v", f)
 	}
 }

@@ -20,7 +20,7 @@ local now = tonumber(ARGV[4])
 if not qty or qty < 1 or qty ~= math.floor(qty) or not now or ARGV[1] == '' or ARGV[2] == '' then
   return {-5}
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return {-2}
 end
 if ARGV[5] ~= '' then

@@ -12,7 +12,7 @@
 -- ARGV[4] limit  ARGV[5] starts ms  ARGV[6] ends ms
 -- ARGV[7..] pairs of (order_id, 'a' applied | 'f' refused) for processed entries of R
 -- Returns {avail} or {-2} if the SKU is not loaded.
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return {-2}
 end
 local cnow = tonumber(redis.call('HGET', KEYS[1], 'reserved')) or 0

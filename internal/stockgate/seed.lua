@@ -1,16 +1,26 @@
--- seed.lua: load a SKU that Redis does not hold (first warm-up, or after Redis lost it).
--- Does nothing if the SKU is already loaded: the caller then resyncs instead.
--- KEYS[1] meta  KEYS[2] buyers
+-- seed.lua: load a SKU that Redis does not hold: first warm-up, after Redis
+-- lost it, or after a fence (rebuild). Does nothing if the SKU is loaded:
+-- the caller resyncs instead. A SKU is loaded when its meta hash has an epoch.
+-- The reserved counter survives (it only ever grows) so that a resync racing
+-- with the seed can never compute from a counter that went backwards.
+-- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res
 -- ARGV[1] available  ARGV[2] limit  ARGV[3] starts ms  ARGV[4] ends ms  ARGV[5] epoch
--- ARGV[6..] pairs of (user, units held by live orders)
+-- ARGV[6] number of buyer pairs B
+-- ARGV[7 .. 6+2B] pairs of (user, units held: live orders plus reservations in flight)
+-- ARGV[7+2B ..] pairs of (order_id, reservation JSON) in flight, to (re)record in res
 -- Returns 1 if seeded, 0 if it was already loaded.
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if redis.call('HEXISTS', KEYS[1], 'epoch') == 1 then
   return 0
 end
+local b = tonumber(ARGV[6])
 redis.call('DEL', KEYS[2])
-for i = 6, #ARGV, 2 do
+for i = 7, 6 + 2 * b, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
 end
+for i = 7 + 2 * b, #ARGV, 2 do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+end
+redis.call('HSETNX', KEYS[1], 'reserved', 0)
 redis.call('HSET', KEYS[1], 'avail', ARGV[1], 'limit', ARGV[2], 'starts', ARGV[3],
-  'ends', ARGV[4], 'epoch', ARGV[5], 'reserved', 0)
+  'ends', ARGV[4], 'epoch', ARGV[5])
 return 1

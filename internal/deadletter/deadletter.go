@@ -1,0 +1,124 @@
+// Package deadletter is what an operator can do with reservations the
+// consumer gave up on: list them, replay them (apply again, exactly once) or
+// discard them (record them failed and give their units back, exactly once).
+// A dead-lettered reservation keeps its stock reserved until then.
+package deadletter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/flashsale/flashsale/internal/orderqueue"
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/stockgate"
+)
+
+// Queue holds the dead letters.
+type Queue interface {
+	DeadLetters(ctx context.Context, after uint64, limit int) ([]orderqueue.DeadLetter, error)
+	DeadLetterCount(ctx context.Context) (uint64, error)
+	GetDeadLetter(ctx context.Context, seq uint64) (orderqueue.DeadLetter, error)
+	DeleteDeadLetter(ctx context.Context, seq uint64) error
+	Replay(ctx context.Context, d orderqueue.DeadLetter) error
+}
+
+// Store records a discarded reservation so it can never be applied.
+type Store interface {
+	Discard(ctx context.Context, r sale.Reservation) (already bool, status sale.Status, err error)
+}
+
+// Gate gives a discarded reservation's units back, once.
+type Gate interface {
+	Finalize(ctx context.Context, sku string, outcomes []stockgate.Outcome) (int64, error)
+}
+
+// ErrNotFound is returned when no dead letter has the sequence number.
+var ErrNotFound = orderqueue.ErrNoDeadLetter
+
+// Service runs operator actions on dead letters.
+type Service struct {
+	q     Queue
+	store Store
+	gate  Gate
+}
+
+// New returns a Service.
+func New(q Queue, store Store, gate Gate) *Service { return &Service{q: q, store: store, gate: gate} }
+
+// List returns up to limit dead letters after sequence after, and how many there are.
+func (s *Service) List(ctx context.Context, after uint64, limit int) ([]orderqueue.DeadLetter, uint64, error) {
+	ds, err := s.q.DeadLetters(ctx, after, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := s.q.DeadLetterCount(ctx)
+	return ds, n, err
+}
+
+// Action is what was done with a dead letter.
+type Action struct {
+	Seq           uint64 `json:"seq"`
+	OrderID       string `json:"order_id"`
+	Action        string `json:"action"` // replayed, discarded, already_applied, dropped_malformed
+	UnitsReturned int64  `json:"units_returned"`
+}
+
+// Replay sends the reservation back to the order stream and removes the
+// dead letter. Safe to repeat: the database applies a reservation once.
+func (s *Service) Replay(ctx context.Context, seq uint64) (Action, error) {
+	d, err := s.q.GetDeadLetter(ctx, seq)
+	if err != nil {
+		return Action{}, err
+	}
+	if _, err := d.Reservation(); err != nil {
+		return Action{}, fmt.Errorf("%w: dead letter %d cannot be replayed (malformed); discard it", sale.ErrInvalid, seq)
+	}
+	if err := s.q.Replay(ctx, d); err != nil {
+		return Action{}, err
+	}
+	if err := s.q.DeleteDeadLetter(ctx, seq); err != nil {
+		return Action{}, err
+	}
+	return Action{Seq: seq, OrderID: d.OrderID, Action: "replayed"}, nil
+}
+
+// Discard records the reservation as failed (reason "discarded") in the
+// database, gives its units and the buyer's slot back in Redis, and removes
+// the dead letter. Each step is idempotent, so a discard interrupted half
+// way can be repeated. A reservation the database already applied is not
+// discarded: only the dead letter goes.
+func (s *Service) Discard(ctx context.Context, seq uint64) (Action, error) {
+	d, err := s.q.GetDeadLetter(ctx, seq)
+	if err != nil {
+		return Action{}, err
+	}
+	r, rerr := d.Reservation()
+	if rerr != nil {
+		// Nothing decodable: no units can be attributed to it.
+		if err := s.q.DeleteDeadLetter(ctx, seq); err != nil {
+			return Action{}, err
+		}
+		return Action{Seq: seq, OrderID: d.OrderID, Action: "dropped_malformed"}, nil
+	}
+	already, status, err := s.store.Discard(ctx, r)
+	if err != nil {
+		return Action{}, err
+	}
+	refused := !already || status == sale.StatusFailed || status == sale.StatusCancelled
+	units, err := s.gate.Finalize(ctx, r.SKU, []stockgate.Outcome{{OrderID: r.OrderID, Refused: refused && status != sale.StatusCancelled}})
+	if err != nil {
+		return Action{}, err
+	}
+	if err := s.q.DeleteDeadLetter(ctx, seq); err != nil {
+		return Action{}, err
+	}
+	a := Action{Seq: seq, OrderID: r.OrderID, Action: "discarded", UnitsReturned: units}
+	if already && status.Live() {
+		a.Action = "already_applied"
+	}
+	return a, nil
+}
+
+// IsNotFound reports whether err means no such dead letter.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

@@ -1,0 +1,220 @@
+package orderqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flashsale/flashsale/internal/sale"
+)
+
+// Headers of a dead letter.
+const (
+	hdrReason     = "Flashsale-Reason"
+	hdrDeliveries = "Flashsale-Deliveries"
+	hdrStreamSeq  = "Flashsale-Stream-Seq"
+	hdrOrderID    = "Flashsale-Order-Id"
+	hdrFailedAt   = "Flashsale-Failed-At"
+)
+
+// DeadLetter is a reservation the consumer gave up on. Its stock stays
+// reserved until an operator replays it (applied then, exactly once) or
+// discards it (recorded failed, units given back once).
+type DeadLetter struct {
+	Seq        uint64    `json:"seq"`
+	OrderID    string    `json:"order_id"`
+	SKU        string    `json:"sku_id"`
+	Reason     string    `json:"reason"`
+	Deliveries int       `json:"deliveries"`
+	StreamSeq  uint64    `json:"stream_seq"`
+	FailedAt   time.Time `json:"failed_at"`
+	Data       []byte    `json:"-"`
+}
+
+// Reservation decodes the dead letter's payload.
+func (d DeadLetter) Reservation() (sale.Reservation, error) {
+	var r sale.Reservation
+	if err := json.Unmarshal(d.Data, &r); err != nil {
+		return r, fmt.Errorf("%w: dead letter %d: %v", sale.ErrInvalid, d.Seq, err)
+	}
+	return r, r.Validate()
+}
+
+// ErrNoDeadLetter is returned when no dead letter has the sequence number.
+var ErrNoDeadLetter = errors.New("no such dead letter")
+
+// DeadLetter copies m to the dead-letter stream with the reason and delivery
+// count. The caller terminates m only after this returned nil, so a message
+// is never lost between the two streams (a crash in between leaves a copy in
+// both; the database's idempotency log absorbs a later double apply).
+func (q *Queue) DeadLetter(ctx context.Context, m jetstream.Msg, orderID, sku, reason string) error {
+	seq, deliveries := uint64(0), 0
+	if md, err := m.Metadata(); err == nil {
+		seq, deliveries = md.Sequence.Stream, int(md.NumDelivered)
+	}
+	if !sale.ValidSKU(sku) {
+		sku = "_malformed"
+	}
+	msg := nats.NewMsg(DeadLetterPrefix + sku)
+	msg.Data = m.Data()
+	msg.Header.Set(hdrReason, truncate(reason, 1000))
+	msg.Header.Set(hdrDeliveries, strconv.Itoa(deliveries))
+	msg.Header.Set(hdrStreamSeq, strconv.FormatUint(seq, 10))
+	msg.Header.Set(hdrOrderID, orderID)
+	msg.Header.Set(hdrFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	_, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("dlq-%d-%s", seq, orderID)), jetstream.WithExpectStream(DeadLetterStream))
+	if err != nil {
+		return fmt.Errorf("orderqueue: dead-letter: %w", err)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func parseDeadLetter(rm *jetstream.RawStreamMsg) DeadLetter {
+	d := DeadLetter{Seq: rm.Sequence, Data: rm.Data, SKU: strings.TrimPrefix(rm.Subject, DeadLetterPrefix)}
+	if rm.Header != nil {
+		d.Reason = rm.Header.Get(hdrReason)
+		d.OrderID = rm.Header.Get(hdrOrderID)
+		d.Deliveries, _ = strconv.Atoi(rm.Header.Get(hdrDeliveries))
+		d.StreamSeq, _ = strconv.ParseUint(rm.Header.Get(hdrStreamSeq), 10, 64)
+		d.FailedAt, _ = time.Parse(time.RFC3339Nano, rm.Header.Get(hdrFailedAt))
+	}
+	return d
+}
+
+// DeadLetters lists up to limit dead letters, oldest first, starting at
+// sequence after+1.
+func (q *Queue) DeadLetters(ctx context.Context, after uint64, limit int) ([]DeadLetter, error) {
+	info, err := q.dlq.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []DeadLetter
+	for seq := max(after+1, info.State.FirstSeq); seq <= info.State.LastSeq && len(out) < limit; seq++ {
+		rm, err := q.dlq.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, parseDeadLetter(rm))
+	}
+	return out, nil
+}
+
+// DeadLetterCount returns how many dead letters are waiting.
+func (q *Queue) DeadLetterCount(ctx context.Context) (uint64, error) {
+	info, err := q.dlq.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Msgs, nil
+}
+
+// GetDeadLetter returns dead letter seq, or ErrNoDeadLetter.
+func (q *Queue) GetDeadLetter(ctx context.Context, seq uint64) (DeadLetter, error) {
+	rm, err := q.dlq.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return DeadLetter{}, ErrNoDeadLetter
+	}
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	return parseDeadLetter(rm), nil
+}
+
+// DeleteDeadLetter removes dead letter seq (after a replay or a discard).
+func (q *Queue) DeleteDeadLetter(ctx context.Context, seq uint64) error {
+	err := q.dlq.DeleteMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Replay publishes a dead letter's reservation to the order stream again
+// under a new message id (the original id may still be inside the broker's
+// duplicate window). The database's idempotency log keeps it applied once.
+func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
+	_, err := q.js.Publish(ctx, SubjectPrefix+d.SKU, d.Data,
+		jetstream.WithMsgID(fmt.Sprintf("replay-%d-%s", d.Seq, d.OrderID)), jetstream.WithExpectStream(StreamName))
+	return err
+}
+
+// Unapplied returns the reservations of sku that the stream holds and the
+// consumer has not yet acknowledged, plus every dead letter of sku: the
+// reservations that may still be in flight. Used to rebuild Redis after it
+// lost its in-flight records. The caller filters out those the database
+// already processed.
+func (q *Queue) Unapplied(ctx context.Context, sku string) ([]sale.Reservation, error) {
+	ci, err := q.consumer.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := readAll(ctx, q.stream, SubjectPrefix+sku, ci.AckFloor.Stream+1)
+	if err != nil {
+		return nil, err
+	}
+	dead, err := readAll(ctx, q.dlq, DeadLetterPrefix+sku, 1)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, dead...), nil
+}
+
+func readAll(ctx context.Context, st jetstream.Stream, subject string, from uint64) ([]sale.Reservation, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info.State.Msgs == 0 || from > info.State.LastSeq {
+		return nil, nil
+	}
+	oc, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    max(from, 1),
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []sale.Reservation
+	for {
+		batch, err := oc.Fetch(1000, jetstream.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			return out, err
+		}
+		n := 0
+		var pending uint64
+		for m := range batch.Messages() {
+			n++
+			var r sale.Reservation
+			if json.Unmarshal(m.Data(), &r) == nil && r.Validate() == nil {
+				out = append(out, r)
+			}
+			if md, err := m.Metadata(); err == nil {
+				pending = md.NumPending
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return out, err
+		}
+		if n == 0 || pending == 0 {
+			return out, nil
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package purchase
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/stockgate"
+)
+
+// DirectBuyer sells straight from the database (the fallback while the
+// circuit breaker around Redis is open).
+type DirectBuyer interface {
+	BuyDirect(ctx context.Context, r sale.Reservation, now time.Time) (sale.Order, bool, error)
+}
+
+// BreakerConfig tunes the circuit breaker around the Redis gate and the
+// database fallback behind it. Zero values take the defaults.
+type BreakerConfig struct {
+	// Window is the rolling window the error ratio is measured over (default 10s).
+	Window time.Duration
+	// FailureRatio opens the breaker (default 0.5) ...
+	FailureRatio float64
+	// MinRequests ... once the window holds at least this many calls (default 20).
+	MinRequests uint32
+	// OpenFor is how long it stays open before a half-open probe (default 5s).
+	OpenFor time.Duration
+	// FallbackConcurrency caps database fallback purchases in flight per
+	// instance (default 8); beyond it purchases get ErrBusy.
+	FallbackConcurrency int
+	// Disabled turns the breaker off: Redis errors are returned as they are.
+	Disabled bool
+}
+
+func (c BreakerConfig) withDefaults() BreakerConfig {
+	if c.Window == 0 {
+		c.Window = 10 * time.Second
+	}
+	if c.FailureRatio == 0 {
+		c.FailureRatio = 0.5
+	}
+	if c.MinRequests == 0 {
+		c.MinRequests = 20
+	}
+	if c.OpenFor == 0 {
+		c.OpenFor = 5 * time.Second
+	}
+	if c.FallbackConcurrency == 0 {
+		c.FallbackConcurrency = 8
+	}
+	return c
+}
+
+// BreakerObserver is told of breaker state changes and fallback purchases; nil is fine.
+type BreakerObserver interface {
+	BreakerState(state string)
+}
+
+// guard is the circuit breaker around the gate. While it is open purchases
+// go to the database; before the gate serves again, every active sale is
+// rebuilt in Redis from the database (the half-open probe does it), because
+// the database sold units Redis does not know about.
+type guard struct {
+	cb         *gobreaker.CircuitBreaker[stockgate.ReserveResult]
+	direct     DirectBuyer
+	sem        chan struct{}
+	rebuildAll func(ctx context.Context) error
+	needSync   atomic.Bool
+	disabled   bool
+	log        *slog.Logger
+}
+
+var errBreakerOpen = errors.New("redis circuit breaker open")
+
+func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context.Context) error, log *slog.Logger, obs BreakerObserver) *guard {
+	cfg = cfg.withDefaults()
+	g := &guard{direct: direct, sem: make(chan struct{}, cfg.FallbackConcurrency), rebuildAll: rebuildAll, disabled: cfg.Disabled || direct == nil, log: log}
+	bucket := cfg.Window / 10
+	g.cb = gobreaker.NewCircuitBreaker[stockgate.ReserveResult](gobreaker.Settings{
+		Name:         "redis-gate",
+		MaxRequests:  1,
+		Interval:     cfg.Window,
+		BucketPeriod: bucket,
+		Timeout:      cfg.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.Requests >= cfg.MinRequests && float64(c.TotalFailures) >= cfg.FailureRatio*float64(c.Requests)
+		},
+		IsExcluded: isBusinessOrCancel,
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if to == gobreaker.StateOpen {
+				g.needSync.Store(true)
+			}
+			log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
+			if obs != nil {
+				obs.BreakerState(to.String())
+			}
+		},
+	})
+	if obs != nil {
+		obs.BreakerState(gobreaker.StateClosed.String())
+	}
+	return g
+}
+
+func isBusinessOrCancel(err error) bool {
+	return isBusiness(err) || errors.Is(err, context.Canceled)
+}
+
+// State returns "closed", "half-open" or "open".
+func (g *guard) State() string { return g.cb.State().String() }
+
+// reserve runs the gate through the breaker. errBreakerOpen means: use the
+// database path.
+func (g *guard) reserve(ctx context.Context, f func(ctx context.Context) (stockgate.ReserveResult, error)) (stockgate.ReserveResult, error) {
+	if g.disabled {
+		return f(ctx)
+	}
+	res, err := g.cb.Execute(func() (stockgate.ReserveResult, error) {
+		if g.needSync.Load() {
+			// The probe after an opening: Redis must learn what the
+			// database sold before it gates again.
+			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := g.rebuildAll(rctx)
+			cancel()
+			if err != nil {
+				return stockgate.ReserveResult{}, fmt.Errorf("rebuilding redis before closing the breaker: %w", err)
+			}
+			g.needSync.Store(false)
+			g.log.Info("redis rebuilt from the database; gate serving again")
+		}
+		return f(ctx)
+	})
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return res, errBreakerOpen
+	}
+	return res, err
+}
+
+// buyDirect sells r from the database within the concurrency cap.
+func (g *guard) buyDirect(ctx context.Context, r sale.Reservation, now time.Time) (Result, error) {
+	select {
+	case g.sem <- struct{}{}:
+		defer func() { <-g.sem }()
+	default:
+		return Result{}, sale.ErrBusy
+	}
+	o, dup, err := g.direct.BuyDirect(ctx, r, now)
+	if err != nil {
+		if isBusiness(err) || errors.Is(err, sale.ErrUnknownSKU) {
+			return Result{}, err
+		}
+		return Result{}, fmt.Errorf("%w: database fallback: %v", sale.ErrUnavailable, err)
+	}
+	return Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}, nil
+}

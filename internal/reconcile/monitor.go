@@ -1,0 +1,75 @@
+package reconcile
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// RunIDSource reads and records the Redis server's run id.
+type RunIDSource interface {
+	RunID(ctx context.Context) (string, error)
+	SwapRunID(ctx context.Context, id string) (string, error)
+}
+
+// Monitor notices a Redis that restarted (its run id changed), which may
+// have come back empty or with old counters, and rebuilds every active sale
+// from the database before the gate sells against it again. An emptied Redis
+// is also refused by the gate itself (no epoch): the monitor makes the
+// recovery prompt, and catches restarts that kept stale data.
+type Monitor struct {
+	src     RunIDSource
+	rebuild func(ctx context.Context) error
+	log     *slog.Logger
+	last    string
+}
+
+// NewMonitor returns a monitor that calls rebuild (every active sale) when
+// the run id changes.
+func NewMonitor(src RunIDSource, rebuild func(ctx context.Context) error, log *slog.Logger) *Monitor {
+	return &Monitor{src: src, rebuild: rebuild, log: log}
+}
+
+// RunOnce checks the run id once and rebuilds if this instance is the one
+// that noticed the change. It reports whether it rebuilt.
+func (m *Monitor) RunOnce(ctx context.Context) (bool, error) {
+	id, err := m.src.RunID(ctx)
+	if err != nil {
+		return false, err
+	}
+	if id == m.last {
+		return false, nil
+	}
+	prev, err := m.src.SwapRunID(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if prev == id {
+		m.last = id // another instance handled it, or nothing changed
+		return false, nil
+	}
+	m.log.Warn("redis restarted or is new: rebuilding every active sale from the database", "run_id", id, "previous", prev)
+	if err := m.rebuild(ctx); err != nil {
+		// Let the next check try again.
+		_, _ = m.src.SwapRunID(ctx, prev)
+		return false, err
+	}
+	m.last = id
+	return true, nil
+}
+
+// Run checks every period until ctx is done.
+func (m *Monitor) Run(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := m.RunOnce(ctx); err != nil && ctx.Err() == nil {
+				m.log.Debug("redis monitor", "err", err)
+			}
+		}
+	}
+}
