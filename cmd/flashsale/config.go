@@ -37,6 +37,7 @@ type config struct {
 	FallbackConc    int
 	RedisTimeout    time.Duration
 	MonitorEvery    time.Duration
+	StreamAck       time.Duration
 	Failpoints      string
 	LogLevel        string
 	LogFormat       string
@@ -130,6 +131,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.int(&c.FallbackConc, "fallback-concurrency", "FLASHSALE_FALLBACK_CONCURRENCY", 8, "database fallback purchases in flight per instance; beyond it 503 busy (0 disables the fallback)")
 	e.dur(&c.RedisTimeout, "redis-timeout", "FLASHSALE_REDIS_TIMEOUT", time.Second, "deadline of one gate call (a timeout is an unknown outcome, asked again with the same order id)")
 	e.dur(&c.MonitorEvery, "redis-monitor-every", "FLASHSALE_REDIS_MONITOR_EVERY", time.Second, "how often the Redis run id is checked (a restart triggers a rebuild from the database)")
+	e.dur(&c.StreamAck, "stream-ack-timeout", "FLASHSALE_STREAM_ACK_TIMEOUT", 250*time.Millisecond, "a purchase waits this long for the stream's ack before answering 202 (0: answer once Redis accepted; the outbox delivers)")
 	e.str(&c.Failpoints, "failpoints", "FLASHSALE_FAILPOINTS", "", "crash sites for fault tests only (name=exit|hang,...)")
 	e.str(&c.LogLevel, "log-level", "FLASHSALE_LOG_LEVEL", "info", "debug, info, warn or error")
 	e.str(&c.LogFormat, "log-format", "FLASHSALE_LOG_FORMAT", "text", "text or json")

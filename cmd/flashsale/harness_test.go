@@ -44,7 +44,7 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 
 // testConfig returns the service's defaults pointed at fresh, isolated
 // services. nats is "embedded" or "external" (an in-process server on a free port).
-func testConfig(t *testing.T, nats string) config {
+func testConfig(t *testing.T, nats string, overrides ...string) config {
 	t.Helper()
 	env := map[string]string{
 		"FLASHSALE_DATABASE_URL":      testenv.Postgres(t),
@@ -56,6 +56,9 @@ func testConfig(t *testing.T, nats string) config {
 	env["FLASHSALE_REDIS_URL"], env["FLASHSALE_REDIS_PREFIX"] = testenv.Redis(t)
 	if nats == "external" {
 		env["FLASHSALE_NATS_URL"] = testenv.NATS(t)
+	}
+	for i := 0; i+1 < len(overrides); i += 2 {
+		env[overrides[i]] = overrides[i+1]
 	}
 	cfg, err := parseConfig("test", nil, func(k string) string { return env[k] }, io.Discard, nil)
 	if err != nil {

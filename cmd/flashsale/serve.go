@@ -143,6 +143,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	deps := purchase.Deps{
 		Catalog: cat, Gate: timeoutGate{a.gate, cfg.RedisTimeout}, Relay: a.relay, Orders: a.store,
 		Loader: a.sync, RebuildAll: a.rebuildAll, Log: log, Observer: a.metrics, Breaker: a.metrics,
+		StreamAck: cfg.StreamAck,
 	}
 	if cfg.FallbackConc > 0 {
 		deps.Direct = a.store

@@ -91,7 +91,10 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			return c.Requests >= cfg.MinRequests && float64(c.TotalFailures) >= cfg.FailureRatio*float64(c.Requests)
 		},
-		IsExcluded: isBusinessOrCancel,
+		// Redis answered: sold out, limit reached and the like are business
+		// outcomes, successes of the gate. A cancelled request says nothing.
+		IsSuccessful: func(err error) bool { return err == nil || isBusiness(err) },
+		IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
 				g.needSync.Store(true)
@@ -106,10 +109,6 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 		obs.BreakerState(gobreaker.StateClosed.String())
 	}
 	return g
-}
-
-func isBusinessOrCancel(err error) bool {
-	return isBusiness(err) || errors.Is(err, context.Canceled)
 }
 
 // State returns "closed", "half-open" or "open".

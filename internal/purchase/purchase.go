@@ -26,9 +26,11 @@ type Gate interface {
 	Available(ctx context.Context, sku string) (int64, bool, error)
 }
 
-// Notifier hands an accepted reservation to the relay's fast path.
+// Notifier hands an accepted reservation to the relay's fast path, without
+// waiting (Notify) or until the stream acknowledged it (Publish).
 type Notifier interface {
 	Notify(sku, orderID string, payload []byte)
+	Publish(ctx context.Context, sku, orderID string, payload []byte) error
 }
 
 // OrderReader reads orders from the database of record.
@@ -63,6 +65,12 @@ type Deps struct {
 	Log        *slog.Logger
 	Observer   Observer
 	Breaker    BreakerObserver
+	// StreamAck, when positive, makes a purchase wait up to this long for the
+	// stream to acknowledge the reservation before answering 202, so that an
+	// accepted purchase survives even a Redis that loses its data. Past it
+	// (broker slow or down) the purchase is answered anyway: the reservation
+	// is in the Redis outbox and the relay delivers it later.
+	StreamAck time.Duration
 }
 
 // Service is the purchase path. Safe for concurrent use.
@@ -73,6 +81,7 @@ type Service struct {
 	orders  OrderReader
 	loader  Loader
 	guard   *guard
+	ack     time.Duration
 	log     *slog.Logger
 	obs     Observer
 	now     func() time.Time
@@ -81,7 +90,7 @@ type Service struct {
 
 // New returns a purchase service.
 func New(d Deps, bc BreakerConfig) *Service {
-	s := &Service{Catalog: d.Catalog, gate: d.Gate, relay: d.Relay, orders: d.Orders, loader: d.Loader, log: d.Log, obs: d.Observer, now: time.Now}
+	s := &Service{Catalog: d.Catalog, gate: d.Gate, relay: d.Relay, orders: d.Orders, loader: d.Loader, log: d.Log, obs: d.Observer, now: time.Now, ack: d.StreamAck}
 	rebuild := d.RebuildAll
 	if rebuild == nil {
 		rebuild = func(context.Context) error { return nil }
@@ -172,7 +181,15 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %v", sale.ErrUnavailable, err)
 	}
 	if !gr.Duplicate {
-		s.relay.Notify(r.SKU, gr.OrderID, gr.Payload)
+		if s.ack > 0 {
+			actx, cancel := context.WithTimeout(ctx, s.ack)
+			if err := s.relay.Publish(actx, r.SKU, gr.OrderID, gr.Payload); err != nil {
+				s.log.Debug("purchase: accepted before the stream acknowledged (outbox holds it)", "order_id", gr.OrderID, "err", err)
+			}
+			cancel()
+		} else {
+			s.relay.Notify(r.SKU, gr.OrderID, gr.Payload)
+		}
 	}
 	return Result{OrderID: gr.OrderID, Duplicate: gr.Duplicate, Status: sale.StatusQueued}, nil
 }

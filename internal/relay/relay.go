@@ -67,21 +67,47 @@ type Relay struct {
 	pub  Publisher
 	log  *slog.Logger
 	cfg  Config
-	fast chan orderqueue.Message
+	fast chan item
+}
+
+// item is one reservation on the fast path; done, if set, receives the
+// stream's verdict.
+type item struct {
+	msg  orderqueue.Message
+	done chan error
 }
 
 // New returns a relay from box to pub.
 func New(box Outbox, pub Publisher, log *slog.Logger, cfg Config) *Relay {
 	cfg = cfg.withDefaults()
-	return &Relay{box: box, pub: pub, log: log, cfg: cfg, fast: make(chan orderqueue.Message, 4*cfg.Batch)}
+	return &Relay{box: box, pub: pub, log: log, cfg: cfg, fast: make(chan item, 4*cfg.Batch)}
 }
 
 // Notify hands a just-accepted reservation to the fast path. It never blocks:
 // when the fast path is full the sweeper publishes the entry later.
 func (r *Relay) Notify(sku, orderID string, payload []byte) {
 	select {
-	case r.fast <- orderqueue.Message{ID: orderID, SKU: sku, Data: payload}:
+	case r.fast <- item{msg: orderqueue.Message{ID: orderID, SKU: sku, Data: payload}}:
 	default:
+	}
+}
+
+// Publish hands a just-accepted reservation to the fast path and waits until
+// the stream has acknowledged it, or ctx ends. An error means only that it
+// is not yet known to be in the stream: it stays in the outbox and the
+// sweeper publishes it.
+func (r *Relay) Publish(ctx context.Context, sku, orderID string, payload []byte) error {
+	done := make(chan error, 1)
+	select {
+	case r.fast <- item{msg: orderqueue.Message{ID: orderID, SKU: sku, Data: payload}, done: done}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -108,25 +134,35 @@ func (r *Relay) Run(ctx context.Context) {
 }
 
 func (r *Relay) runFast(ctx context.Context) {
-	batch := make([]orderqueue.Message, 0, r.cfg.Batch)
+	batch := make([]item, 0, r.cfg.Batch)
+	msgs := make([]orderqueue.Message, 0, r.cfg.Batch)
 	for {
 		batch = batch[:0]
 		select {
 		case <-ctx.Done():
 			return
-		case m := <-r.fast:
-			batch = append(batch, m)
+		case it := <-r.fast:
+			batch = append(batch, it)
 		}
 	fill:
 		for len(batch) < r.cfg.Batch {
 			select {
-			case m := <-r.fast:
-				batch = append(batch, m)
+			case it := <-r.fast:
+				batch = append(batch, it)
 			default:
 				break fill
 			}
 		}
-		r.publish(ctx, batch)
+		msgs = msgs[:0]
+		for _, it := range batch {
+			msgs = append(msgs, it.msg)
+		}
+		errs := r.publishErrs(ctx, msgs)
+		for i, it := range batch {
+			if it.done != nil {
+				it.done <- errs[i]
+			}
+		}
 	}
 }
 
@@ -174,8 +210,20 @@ func (r *Relay) SweepOnce(ctx context.Context, now time.Time) (int, error) {
 // publish sends msgs and removes the acknowledged ones from the outbox.
 // It returns how many were acknowledged.
 func (r *Relay) publish(ctx context.Context, msgs []orderqueue.Message) int {
+	n := 0
+	for _, err := range r.publishErrs(ctx, msgs) {
+		if err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// publishErrs sends msgs, removes the acknowledged ones from the outbox and
+// returns one error per message (nil: in the stream).
+func (r *Relay) publishErrs(ctx context.Context, msgs []orderqueue.Message) []error {
 	if len(msgs) == 0 {
-		return 0
+		return nil
 	}
 	failpoint.Inject(failpoint.AfterGateBeforeRelay)
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
@@ -200,5 +248,5 @@ func (r *Relay) publish(ctx context.Context, msgs []orderqueue.Message) int {
 	if n < len(msgs) {
 		r.log.Warn("relay: stream did not acknowledge", "failed", len(msgs)-n, "of", len(msgs))
 	}
-	return n
+	return errs
 }
