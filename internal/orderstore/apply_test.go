@@ -503,10 +503,17 @@ func BenchmarkApplyBatch(b *testing.B) {
 			iters := 0
 			for b.Loop() {
 				for i := range batch {
-					batch[i] = newResv("BENCH", fmt.Sprintf("u%d", i), 1)
+					// A new user each time: the per-user limit must not refuse.
+					batch[i] = newResv("BENCH", fmt.Sprintf("u%d-%d-%d", n, iters, i), 1)
 				}
-				if _, err := s.ApplyBatch(ctx, batch); err != nil {
+				out, err := s.ApplyBatch(ctx, batch)
+				if err != nil {
 					b.Fatal(err)
+				}
+				for _, o := range out {
+					if o.Status != sale.StatusPendingPayment {
+						b.Fatalf("outcome %+v, want pending_payment", o)
+					}
 				}
 				iters++
 			}
@@ -550,4 +557,162 @@ func TestErrorsLeaveNothingBehind(t *testing.T) {
 	if _, _, err := bare.Snapshot(ctx, "ERR", nil); err == nil {
 		t.Error("Snapshot without a schema succeeded")
 	}
+}
+
+// TestApplyBatchPerUserLimit: the database refuses what would take a user past
+// inventory.per_user_limit, counting live orders (pending_payment, paid) and
+// the batch itself, under the limit as it is at apply time.
+func TestApplyBatchPerUserLimit(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKUChange(t, s, orderstore.SKUChange{ID: "LIM", TotalStock: 20, PerUserLimit: 2})
+	putSKUChange(t, s, orderstore.SKUChange{ID: "LIM0", TotalStock: 0, PerUserLimit: 1})
+	limited := func(id string) orderstore.Outcome { return failed(id, orderstore.ReasonLimitReached) }
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	steps := []struct {
+		name      string
+		before    func()
+		batch     []sale.Reservation
+		want      []orderstore.Outcome
+		wantStock int64 // of LIM
+	}{
+		{
+			name:      "up to the limit",
+			batch:     []sale.Reservation{resv(oid(1, 1), "LIM", "alice", 2)},
+			want:      []orderstore.Outcome{pending(oid(1, 1))},
+			wantStock: 18,
+		},
+		{
+			name:      "an existing live order counts",
+			batch:     []sale.Reservation{resv(oid(1, 2), "LIM", "alice", 1), resv(oid(1, 3), "LIM", "bob", 1)},
+			want:      []orderstore.Outcome{limited(oid(1, 2)), pending(oid(1, 3))},
+			wantStock: 17,
+		},
+		{
+			name: "two of one user in one batch: the second is refused, the rest still served",
+			batch: []sale.Reservation{
+				resv(oid(1, 4), "LIM", "carol", 1),
+				resv(oid(1, 5), "LIM", "carol", 2),
+				resv(oid(1, 6), "LIM", "carol", 1),
+				resv(oid(1, 7), "LIM", "carol", 1),
+			},
+			want:      []orderstore.Outcome{pending(oid(1, 4)), limited(oid(1, 5)), pending(oid(1, 6)), limited(oid(1, 7))},
+			wantStock: 15,
+		},
+		{
+			name: "a paid order counts, a cancelled one does not",
+			before: func() {
+				exec(`UPDATE orders SET status = 'paid' WHERE order_id = $1`, oid(1, 3)) // bob
+				exec(`
+WITH c AS (UPDATE orders SET status = 'cancelled' WHERE order_id = $1 RETURNING sku_id, quantity)
+UPDATE inventory i SET stock = i.stock + c.quantity FROM c WHERE i.sku_id = c.sku_id`, oid(1, 1)) // alice
+			},
+			batch: []sale.Reservation{
+				resv(oid(1, 8), "LIM", "bob", 2),
+				resv(oid(1, 9), "LIM", "alice", 2),
+				resv(oid(1, 10), "LIM", "bob", 1),
+			},
+			want:      []orderstore.Outcome{limited(oid(1, 8)), pending(oid(1, 9)), pending(oid(1, 10))},
+			wantStock: 14, // alice's 2 back, then 2 + 1 taken
+		},
+		{
+			name: "a limit lowered mid-sale refuses users already above it",
+			before: func() {
+				putSKUChange(t, s, orderstore.SKUChange{ID: "LIM", TotalStock: 20, PerUserLimit: 1})
+			},
+			batch:     []sale.Reservation{resv(oid(1, 11), "LIM", "bob", 1), resv(oid(1, 12), "LIM", "dave", 1), resv(oid(1, 13), "LIM", "dave", 1)},
+			want:      []orderstore.Outcome{limited(oid(1, 11)), pending(oid(1, 12)), limited(oid(1, 13))},
+			wantStock: 13,
+		},
+		{
+			name:      "limit before stock, per sku",
+			batch:     []sale.Reservation{resv(oid(1, 14), "LIM0", "dave", 2), resv(oid(1, 15), "LIM0", "dave", 1)},
+			want:      []orderstore.Outcome{limited(oid(1, 14)), failed(oid(1, 15), orderstore.ReasonInsufficientStock)},
+			wantStock: 13,
+		},
+	}
+	for _, st := range steps {
+		if st.before != nil {
+			st.before()
+		}
+		got, err := s.ApplyBatch(ctx, st.batch)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if diff := cmp.Diff(st.want, got); diff != "" {
+			t.Errorf("%s: outcomes (-want +got):\n%s", st.name, diff)
+		}
+		if l := checkInvariants(t, s, "LIM"); l.Stock != st.wantStock {
+			t.Errorf("%s: stock = %d, want %d", st.name, l.Stock, st.wantStock)
+		}
+		// A redelivery reports the same decisions.
+		again, err := s.ApplyBatch(ctx, st.batch)
+		if err != nil {
+			t.Fatalf("%s: again: %v", st.name, err)
+		}
+		for i := range again {
+			if want := dup(st.want[i]); again[i] != want {
+				t.Errorf("%s: again[%d] = %+v, want %+v", st.name, i, again[i], want)
+			}
+		}
+	}
+	held, err := s.LiveHoldings(ctx, "LIM")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int64{"alice": 2, "bob": 2, "carol": 2, "dave": 1}, held); diff != "" {
+		t.Errorf("LiveHoldings (-want +got):\n%s", diff)
+	}
+	checkInvariants(t, s, "LIM0")
+}
+
+// TestApplyBatchConcurrentPerUserLimit: appliers racing on batches of the
+// same few users never let one hold more than the limit.
+func TestApplyBatchConcurrentPerUserLimit(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	const (
+		sku     = "HOTLIM"
+		limit   = 3
+		users   = 7
+		workers = 8
+		each    = 40
+	)
+	putSKUChange(t, s, orderstore.SKUChange{ID: sku, TotalStock: 1000, PerUserLimit: limit})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for range each / 8 {
+				batch := make([]sale.Reservation, 8)
+				for i := range batch {
+					batch[i] = newResv(sku, fmt.Sprintf("user%d", rng.IntN(users)), 1+rng.Int64N(2))
+				}
+				if _, err := s.ApplyBatch(ctx, batch); err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	held, err := s.LiveHoldings(ctx, sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u, n := range held {
+		if n > limit {
+			t.Errorf("%s holds %d units, limit %d", u, n, limit)
+		}
+	}
+	if len(held) != users {
+		t.Errorf("%d users hold units, want %d: %v", len(held), users, held)
+	}
+	checkInvariants(t, s, sku)
 }

@@ -2,6 +2,7 @@ package orderstore_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -103,9 +104,11 @@ func TestPutSKU(t *testing.T) {
 	}
 	ignoreUpdated := cmpopts.IgnoreFields(sale.SKU{}, "UpdatedAt")
 	for i, st := range steps {
-		if st.sell > 0 {
-			if _, err := s.ApplyBatch(ctx, []sale.Reservation{resv(oid(1, i), st.change.ID, "buyer", st.sell)}); err != nil {
-				t.Fatalf("%s: sell: %v", st.name, err)
+		// One unit per buyer, so the per-user limit never refuses them.
+		for k := range st.sell {
+			r := resv(oid(i, int(k)), st.change.ID, fmt.Sprintf("buyer%d", k), 1)
+			if got, err := s.ApplyBatch(ctx, []sale.Reservation{r}); err != nil || got[0].Status != sale.StatusPendingPayment {
+				t.Fatalf("%s: sell: %v, %v", st.name, got, err)
 			}
 		}
 		before, _ := s.SKU(ctx, st.change.ID)

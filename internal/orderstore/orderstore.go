@@ -1,7 +1,7 @@
 // Package orderstore is the database of record: inventory, orders and the idempotency log, behind one type so a second SQL dialect fits without touching callers.
 //
 // Files: this one holds the types and the dialect-neutral rules (input checks,
-// de-duplication and stock allocation of a batch); postgres*.go hold the
+// de-duplication, stock and per-user limit decisions); postgres*.go hold the
 // PostgreSQL SQL and connection handling. A MySQL dialect adds mysql*.go
 // beside them and reuses the rules here.
 //
@@ -34,6 +34,12 @@ const (
 	ReasonInsufficientStock = "insufficient_stock"
 	// ReasonUnknownSKU means no inventory row exists for the SKU.
 	ReasonUnknownSKU = "unknown_sku"
+	// ReasonLimitReached means the reservation would have taken its user past
+	// the SKU's per-user limit (live units held plus the quantity).
+	ReasonLimitReached = "limit_reached"
+	// ReasonDiscarded means an operator discarded the reservation (Discard)
+	// before it was applied.
+	ReasonDiscarded = "discarded"
 )
 
 // Store is the database of record. Create it with Open; it is safe for
@@ -76,8 +82,9 @@ type Outcome struct {
 	// for a reservation applied by this call. For a Duplicate it is the order's
 	// status now, which may since have become paid or cancelled.
 	Status sale.Status
-	// Reason is ReasonInsufficientStock or ReasonUnknownSKU when Status is
-	// StatusFailed, empty otherwise.
+	// Reason is ReasonUnknownSKU, ReasonLimitReached or ReasonInsufficientStock
+	// when Status is StatusFailed (a Duplicate may also carry ReasonDiscarded),
+	// empty otherwise.
 	Reason string
 	// Duplicate is true when the reservation was already applied before this
 	// call, or appears earlier in the same call: this call changed nothing for it.
@@ -113,32 +120,73 @@ func dedupe(rs []sale.Reservation) (uniq []sale.Reservation, idx []int) {
 	return uniq, idx
 }
 
-// allocate walks rs in order against the locked database stock of each SKU
-// (absent from stock: the SKU does not exist) and decides each reservation:
-// taken while it fits in what is left, failed otherwise. It returns one
-// outcome per reservation and the units to take per SKU (only SKUs with a
-// positive take).
-func allocate(rs []sale.Reservation, stock map[string]int64) ([]Outcome, map[string]int64) {
-	remaining := make(map[string]int64, len(stock))
-	for id, n := range stock {
-		remaining[id] = n
+// lockedSKU is what the rules need of one inventory row read under its row lock.
+type lockedSKU struct {
+	Stock        int64
+	PerUserLimit int64
+}
+
+// holder keys live holdings: units of SKU held by User in pending_payment or paid orders.
+type holder struct{ SKU, User string }
+
+// allocate walks rs in order against the locked inventory rows of their SKUs
+// (absent from skus: the SKU does not exist) and the live holdings of their
+// users (absent from held: none), and decides each reservation, checking in
+// this order: unknown SKU; per-user limit (held plus quantity, counting what
+// this batch already gave the user, above the limit: limit_reached);
+// stock (taken while it fits in what is left, insufficient_stock otherwise).
+// A refused reservation takes nothing. It returns one outcome per reservation
+// and the units to take per SKU (only SKUs with a positive take). The maps
+// passed in are not modified.
+func allocate(rs []sale.Reservation, skus map[string]lockedSKU, held map[holder]int64) ([]Outcome, map[string]int64) {
+	remaining := make(map[string]int64, len(skus))
+	for id, k := range skus {
+		remaining[id] = k.Stock
 	}
+	gained := make(map[holder]int64)
 	take := make(map[string]int64)
 	out := make([]Outcome, len(rs))
 	for i, r := range rs {
 		o := Outcome{OrderID: r.OrderID}
-		left, ok := remaining[r.SKU]
+		h := holder{r.SKU, r.User}
+		k, known := skus[r.SKU]
+		left := remaining[r.SKU]
 		switch {
-		case !ok:
+		case !known:
 			o.Status, o.Reason = sale.StatusFailed, ReasonUnknownSKU
+		case held[h]+gained[h]+r.Quantity > k.PerUserLimit:
+			o.Status, o.Reason = sale.StatusFailed, ReasonLimitReached
 		case r.Quantity > 0 && r.Quantity <= left:
 			o.Status = sale.StatusPendingPayment
 			remaining[r.SKU] = left - r.Quantity
 			take[r.SKU] += r.Quantity
+			gained[h] += r.Quantity
 		default:
 			o.Status, o.Reason = sale.StatusFailed, ReasonInsufficientStock
 		}
 		out[i] = o
 	}
 	return out, take
+}
+
+// checkDirect decides a purchase straight from the database (BuyDirect) of
+// qty units of sku at now, by a user already holding held live units of it,
+// checking in this order: the sale window, the per-user limit, the stock. It
+// returns nil if the purchase may take the units, else an error wrapping
+// sale.ErrSaleNotOpen, sale.ErrSaleEnded, sale.ErrLimitReached or sale.ErrSoldOut
+// (sale.ErrInvalid for a quantity below 1).
+func checkDirect(sku sale.SKU, held, qty int64, now time.Time) error {
+	switch {
+	case qty < 1:
+		return fmt.Errorf("%w: quantity %d", sale.ErrInvalid, qty)
+	case !sku.StartsAt.IsZero() && now.Before(sku.StartsAt):
+		return fmt.Errorf("%w: starts at %s", sale.ErrSaleNotOpen, sku.StartsAt.Format(time.RFC3339))
+	case !sku.EndsAt.IsZero() && !now.Before(sku.EndsAt):
+		return fmt.Errorf("%w: ended at %s", sale.ErrSaleEnded, sku.EndsAt.Format(time.RFC3339))
+	case held+qty > sku.PerUserLimit:
+		return fmt.Errorf("%w: holds %d, asks %d, limit %d", sale.ErrLimitReached, held, qty, sku.PerUserLimit)
+	case qty > sku.Stock:
+		return fmt.Errorf("%w: %d left, asks %d", sale.ErrSoldOut, sku.Stock, qty)
+	}
+	return nil
 }

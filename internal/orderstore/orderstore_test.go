@@ -2,8 +2,10 @@ package orderstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +14,10 @@ import (
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/testenv"
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // testTimeout bounds every test's database calls (the pool has no acquire timeout).
@@ -28,22 +32,19 @@ func testContext(t testing.TB) context.Context {
 // newStore returns a migrated Store on a fresh database.
 func newStore(t testing.TB) *orderstore.Store {
 	t.Helper()
-	ctx := testContext(t)
-	s, err := orderstore.Open(ctx, testenv.Postgres(t), orderstore.Options{})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(s.Close)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
-	return s
+	return newStoreAt(t, testenv.Postgres(t))
 }
 
+// putSKU creates a SKU without a window and with a per-user limit of 5.
 func putSKU(t testing.TB, s *orderstore.Store, id string, total int64) {
 	t.Helper()
-	if _, _, _, err := s.PutSKU(testContext(t), orderstore.SKUChange{ID: id, TotalStock: total, PerUserLimit: 5}); err != nil {
-		t.Fatalf("PutSKU(%s, %d): %v", id, total, err)
+	putSKUChange(t, s, orderstore.SKUChange{ID: id, TotalStock: total, PerUserLimit: 5})
+}
+
+func putSKUChange(t testing.TB, s *orderstore.Store, c orderstore.SKUChange) {
+	t.Helper()
+	if _, _, _, err := s.PutSKU(testContext(t), c); err != nil {
+		t.Fatalf("PutSKU(%+v): %v", c, err)
 	}
 }
 
@@ -140,6 +141,16 @@ func schemaVersions(t testing.TB, s *orderstore.Store) int64 {
 	return n
 }
 
+// migrationFiles counts the embedded migrations, from their source directory.
+func migrationFiles(t testing.TB) int64 {
+	t.Helper()
+	files, err := filepath.Glob("migrations/postgres/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("migrations: %v (%d files)", err, len(files))
+	}
+	return int64(len(files))
+}
+
 func TestMigrateConcurrently(t *testing.T) {
 	dbURL := testenv.Postgres(t)
 	ctx := testContext(t)
@@ -168,8 +179,8 @@ func TestMigrateConcurrently(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if got := schemaVersions(t, s); got != 1 {
-		t.Errorf("goose_db_version rows = %d, want 1", got)
+	if got, want := schemaVersions(t, s), migrationFiles(t); got != want {
+		t.Errorf("goose_db_version rows = %d, want %d", got, want)
 	}
 }
 
@@ -243,4 +254,82 @@ func TestOpenUnreachable(t *testing.T) {
 	if err == nil {
 		t.Fatal("Open of an unreachable server succeeded")
 	}
+}
+
+func TestSessionDefaults(t *testing.T) {
+	dbURL := testenv.Postgres(t)
+	ctx := testContext(t)
+	show := func(s *orderstore.Store) map[string]string {
+		t.Helper()
+		got := map[string]string{}
+		for _, k := range []string{"lock_timeout", "statement_timeout", "plan_cache_mode"} {
+			var v string
+			if err := s.Pool().QueryRow(ctx, "SHOW "+k).Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			got[k] = v
+		}
+		return got
+	}
+
+	s := newStoreAt(t, dbURL)
+	want := map[string]string{"lock_timeout": "5s", "statement_timeout": "15s", "plan_cache_mode": "force_custom_plan"}
+	if diff := cmp.Diff(want, show(s)); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+
+	// The URL wins, and a lock held too long fails the call, changing nothing.
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Skipf("FLASHSALE_TEST_DATABASE_URL is not a URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("lock_timeout", "200ms")
+	u.RawQuery = q.Encode()
+	short := newStoreAt(t, u.String())
+	want["lock_timeout"] = "200ms"
+	if diff := cmp.Diff(want, show(short)); diff != "" {
+		t.Errorf("with lock_timeout in the URL (-want +got):\n%s", diff)
+	}
+	putSKU(t, short, "LOCKED", 5)
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM inventory WHERE sku_id = 'LOCKED' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = short.ApplyBatch(ctx, []sale.Reservation{resv(oid(1, 1), "LOCKED", "u1", 1)})
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "55P03" {
+		t.Errorf("ApplyBatch against a held row lock: err = %v, want lock_not_available (55P03)", err)
+	}
+	if _, _, err := short.BuyDirect(ctx, resv(oid(1, 2), "LOCKED", "u1", 1), time.Now()); err == nil {
+		t.Error("BuyDirect against a held row lock succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("two calls took %v to give up", d)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := checkInvariants(t, s, "LOCKED"); l.Stock != 5 || l.Logged != 0 {
+		t.Errorf("timed-out calls changed the database: %+v", l)
+	}
+}
+
+// newStoreAt returns a migrated Store on the database at dbURL.
+func newStoreAt(t testing.TB, dbURL string) *orderstore.Store {
+	t.Helper()
+	ctx := testContext(t)
+	s, err := orderstore.Open(ctx, dbURL, orderstore.Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(s.Close)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return s
 }

@@ -18,12 +18,17 @@ import (
 //
 // For each reservation not yet applied (keyed by OrderID in process_log) it
 // writes the process_log row and an order row, and takes the quantity from
-// the database stock if what is left covers it (pending_payment), or records
-// it as failed (insufficient_stock; unknown_sku when no inventory row exists).
-// Reservations are served in input order. A reservation already applied, or
-// repeated within rs, changes nothing and is reported Duplicate with the
-// status its order has now. The stock update is guarded by stock >= quantity,
-// so no interleaving of callers can oversell.
+// the database stock (pending_payment), or records it as failed, checking in
+// this order: unknown_sku when no inventory row exists; limit_reached when the
+// user's live units of the SKU (pending_payment and paid orders, including
+// those this batch takes) plus the quantity would exceed the SKU's
+// per_user_limit as it is now; insufficient_stock when what is left does not
+// cover it. A refused reservation takes nothing. Reservations are served in
+// input order. A reservation already applied, or repeated within rs, changes
+// nothing and is reported Duplicate with the status its order has now. The
+// stock update is guarded by stock >= quantity, so no interleaving of callers
+// can oversell, and the limit is read under the inventory row lock that every
+// writer of a new live order holds, so none can exceed it either.
 //
 // It is safe to call concurrently with overlapping batches, from any number
 // of processes: each order id is applied by exactly one call. An error means
@@ -37,7 +42,9 @@ import (
 // A reservation that fails sale.Reservation.Validate rejects the whole batch
 // with an error wrapping sale.ErrInvalid, applying nothing: validate first.
 //
-// Per-user limits are not checked here: the gate enforces them.
+// The gate enforces the per-user limit too; the database is the final arbiter
+// (purchases by BuyDirect while Redis was down, a limit lowered mid-sale).
+// The sale window is not checked: the gate admitted the reservation in time.
 func (s *Store) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]Outcome, error) {
 	if len(rs) == 0 {
 		return []Outcome{}, nil
@@ -74,7 +81,20 @@ const appliedOrdersSQL = `SELECT order_id, status, fail_reason FROM orders WHERE
 
 // Rows are locked in sku_id order: inventory locks, always taken after the
 // process_log ones, are ordered too.
-const lockStockSQL = `SELECT sku_id, stock FROM inventory WHERE sku_id = ANY($1::text[]) ORDER BY sku_id FOR UPDATE`
+const lockStockSQL = `SELECT sku_id, stock, per_user_limit FROM inventory WHERE sku_id = ANY($1::text[]) ORDER BY sku_id FOR UPDATE`
+
+// Run after lockStockSQL: every writer of a new live order (ApplyBatch,
+// BuyDirect) holds the inventory row lock, so at READ COMMITTED this
+// statement (a new snapshot, taken once the lock is granted) sees every live
+// unit there is. $1 and $2 are the (sku,
+// user) pairs of the batch. The status test is a FILTER, not a WHERE, so that
+// whatever the statistics say (they lag during a sale) the planner looks rows
+// up by orders_sku_user_idx, never scans a hot SKU's orders by status.
+const liveHeldSQL = `
+SELECT o.sku_id, o.user_id, coalesce(sum(o.quantity) FILTER (WHERE o.status IN ('pending_payment', 'paid')), 0)::bigint
+FROM orders o
+WHERE (o.sku_id, o.user_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+GROUP BY o.sku_id, o.user_id`
 
 // The WHERE is the guard against oversell (re-evaluated on the newest row
 // version at READ COMMITTED); CHECK (stock >= 0) is the second line.
@@ -85,7 +105,7 @@ INSERT INTO orders (order_id, sku_id, user_id, quantity, status, fail_reason, id
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::timestamptz[])`
 
 // applyUnique runs the transaction of ApplyBatch on reservations with distinct
-// order ids: four round trips (begin+log, read+lock, write, commit).
+// order ids: four round trips (begin+log, read+lock+holdings, write, commit).
 func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Outcome, error) {
 	byID := slices.Clone(uniq)
 	slices.SortFunc(byID, func(a, b sale.Reservation) int { return cmp.Compare(a.OrderID, b.OrderID) })
@@ -113,11 +133,11 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 		fresh  []sale.Reservation
 		dupIDs []string
 	)
-	skuSet := make(map[string]bool)
+	skuSet, pairSet := make(map[string]bool), make(map[holder]bool)
 	for _, r := range uniq {
 		if isNew[r.OrderID] {
 			fresh = append(fresh, r)
-			skuSet[r.SKU] = true
+			skuSet[r.SKU], pairSet[holder{r.SKU, r.User}] = true, true
 		} else {
 			dupIDs = append(dupIDs, r.OrderID)
 		}
@@ -127,7 +147,8 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 	// COMMITTED sees what committed before it started, including the
 	// transaction the insert above waited for.
 	prior := make(map[string]Outcome, len(dupIDs))
-	stock := make(map[string]int64, len(skuSet))
+	locked := make(map[string]lockedSKU, len(skuSet))
+	held := make(map[holder]int64)
 	b = &pgx.Batch{}
 	if len(dupIDs) > 0 {
 		b.Queue(appliedOrdersSQL, dupIDs).Query(func(rows pgx.Rows) error {
@@ -147,12 +168,25 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 		})
 	}
 	if len(fresh) > 0 {
-		b.Queue(lockStockSQL, slices.Sorted(maps.Keys(skuSet))).Query(func(rows pgx.Rows) error {
+		skuIDs := slices.Sorted(maps.Keys(skuSet))
+		b.Queue(lockStockSQL, skuIDs).Query(func(rows pgx.Rows) error {
 			var (
 				id string
-				n  int64
+				k  lockedSKU
 			)
-			_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { stock[id] = n; return nil })
+			_, err := pgx.ForEachRow(rows, []any{&id, &k.Stock, &k.PerUserLimit}, func() error { locked[id] = k; return nil })
+			return err
+		})
+		pairSKUs, pairUsers := make([]string, 0, len(pairSet)), make([]string, 0, len(pairSet))
+		for h := range pairSet {
+			pairSKUs, pairUsers = append(pairSKUs, h.SKU), append(pairUsers, h.User)
+		}
+		b.Queue(liveHeldSQL, pairSKUs, pairUsers).Query(func(rows pgx.Rows) error {
+			var (
+				h holder
+				n int64
+			)
+			_, err := pgx.ForEachRow(rows, []any{&h.SKU, &h.User, &n}, func() error { held[h] = n; return nil })
 			return err
 		})
 	}
@@ -161,12 +195,13 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 	}
 	for _, id := range dupIDs {
 		if _, ok := prior[id]; !ok {
-			// Only possible if something wrote process_log without ApplyBatch.
+			// This package writes both rows in one transaction: only a
+			// hand-made process_log row can get here.
 			return nil, fmt.Errorf("order %s is in process_log but has no order row", id)
 		}
 	}
 
-	decided, take := allocate(fresh, stock)
+	decided, take := allocate(fresh, locked, held)
 	if len(fresh) > 0 {
 		b = &pgx.Batch{}
 		for _, sku := range slices.Sorted(maps.Keys(take)) {
@@ -221,4 +256,66 @@ func orderColumns(rs []sale.Reservation, decided []Outcome) []any {
 		created[i] = time.UnixMilli(r.AcceptedAt)
 	}
 	return []any{ids, skus, users, qty, statuses, reasons, keys, created}
+}
+
+const insertDiscardedOrderSQL = `
+INSERT INTO orders (order_id, sku_id, user_id, quantity, status, fail_reason, idempotency_key, created_at)
+VALUES ($1, $2, $3, $4, 'failed', $5, $6, $7)`
+
+// Discard records r as failed with reason ReasonDiscarded (a process_log row
+// and a failed order row, in one transaction) so that it can never be applied
+// later: ApplyBatch then reports it Duplicate, failed, discarded. It is how an
+// operator discards a dead-lettered reservation.
+//
+// It returns already = false and sale.StatusFailed if it recorded r now, or
+// already = true and the status of r's order if r was processed before
+// (applied, sold by BuyDirect, or discarded): then nothing changes, as an
+// applied reservation cannot be discarded. No stock changes either way: the
+// units r holds in the gate are given back by the caller, as for any failed
+// outcome (idempotent by order id, so also when already is true and the
+// status is failed). Calls racing with ApplyBatch on the same order id are
+// safe: exactly one of them records it.
+//
+// An r failing Validate gives an error wrapping sale.ErrInvalid: ApplyBatch
+// never applies such a reservation, so there is nothing to record.
+func (s *Store) Discard(ctx context.Context, r sale.Reservation) (already bool, status sale.Status, err error) {
+	if err := r.Validate(); err != nil {
+		return false, "", fmt.Errorf("orderstore: discard: %w: %v", sale.ErrInvalid, err)
+	}
+	var (
+		inserted, prior bool
+		existing        sale.Order
+	)
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(insertOneProcessLogSQL, r.OrderID, r.SKU).Exec(func(ct pgconn.CommandTag) error {
+		inserted = ct.RowsAffected() == 1
+		return nil
+	})
+	// Sees the order of a transaction the insert above waited for (READ COMMITTED).
+	b.Queue(orderSQL, r.OrderID).QueryRow(func(row pgx.Row) error {
+		var err error
+		existing, prior, err = scanOptionalOrder(row)
+		return err
+	})
+	br := s.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := br.Close(); err != nil {
+		return false, "", fmt.Errorf("orderstore: discard %s: %w", r.OrderID, err)
+	}
+	switch {
+	case !inserted && !prior:
+		return false, "", fmt.Errorf("orderstore: discard %s: in process_log but has no order row", r.OrderID)
+	case !inserted:
+		return true, existing.Status, nil
+	}
+	if _, err := tx.Exec(ctx, insertDiscardedOrderSQL, r.OrderID, r.SKU, r.User, r.Quantity,
+		ReasonDiscarded, nullString(r.IdempotencyKey), time.UnixMilli(r.AcceptedAt)); err != nil {
+		return false, "", fmt.Errorf("orderstore: discard %s: insert order: %w", r.OrderID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, "", fmt.Errorf("orderstore: discard %s: commit: %w", r.OrderID, err)
+	}
+	return false, sale.StatusFailed, nil
 }

@@ -10,26 +10,35 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const orderSQL = `
-SELECT order_id, sku_id, user_id, quantity, status, created_at, fail_reason, updated_at
-FROM orders WHERE order_id = $1`
+// orderColumnList is the column list scanOrder reads.
+const orderColumnList = `order_id, sku_id, user_id, quantity, status, created_at, fail_reason, updated_at`
+
+const orderSQL = `SELECT ` + orderColumnList + ` FROM orders WHERE order_id = $1`
 
 // Order returns the order with id as the database knows it. An order the
 // database has not applied (absent, or still queued upstream) gives an error
 // wrapping sale.ErrOrderNotFound. Times are in UTC.
 func (s *Store) Order(ctx context.Context, id string) (sale.Order, error) {
+	o, err := scanOrder(s.pool.QueryRow(ctx, orderSQL, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sale.Order{}, fmt.Errorf("orderstore: order %q: %w", id, sale.ErrOrderNotFound)
+	}
+	if err != nil {
+		return sale.Order{}, fmt.Errorf("orderstore: order %q: %w", id, err)
+	}
+	return o, nil
+}
+
+// scanOrder scans the columns of orderColumnList. Times come back in UTC.
+func scanOrder(row pgx.Row) (sale.Order, error) {
 	var (
 		o         sale.Order
 		status    string
 		reason    *string
 		updatedAt time.Time
 	)
-	err := s.pool.QueryRow(ctx, orderSQL, id).Scan(&o.ID, &o.SKU, &o.User, &o.Quantity, &status, &o.CreatedAt, &reason, &updatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return sale.Order{}, fmt.Errorf("orderstore: order %q: %w", id, sale.ErrOrderNotFound)
-	}
-	if err != nil {
-		return sale.Order{}, fmt.Errorf("orderstore: order %q: %w", id, err)
+	if err := row.Scan(&o.ID, &o.SKU, &o.User, &o.Quantity, &status, &o.CreatedAt, &reason, &updatedAt); err != nil {
+		return sale.Order{}, err
 	}
 	o.Status = sale.Status(status)
 	o.CreatedAt = o.CreatedAt.UTC()
@@ -93,6 +102,29 @@ func (s *Store) Snapshot(ctx context.Context, sku string, ids []string) (stock i
 		return 0, nil, fmt.Errorf("orderstore: snapshot %q: %w", sku, sale.ErrUnknownSKU)
 	}
 	return stock, processed, nil
+}
+
+// Processed returns, for the given order ids, which are in process_log
+// (applied by ApplyBatch, sold by BuyDirect or discarded) and the status of
+// their order now; ids absent from the map have not been processed. It is
+// Snapshot without the stock, for re-seeding the gate from the database.
+func (s *Store) Processed(ctx context.Context, ids []string) (map[string]sale.Status, error) {
+	processed := make(map[string]sale.Status, len(ids))
+	if len(ids) == 0 {
+		return processed, nil
+	}
+	rows, err := s.pool.Query(ctx, snapshotProcessedSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("orderstore: processed: %w", err)
+	}
+	var id, status string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &status}, func() error {
+		processed[id] = sale.Status(status)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("orderstore: processed: %w", err)
+	}
+	return processed, nil
 }
 
 const liveHoldingsSQL = `
