@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// runDLQ lists, replays and discards dead letters through a running
+// instance's admin API (so the same rules apply as for the HTTP routes).
+func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dlq", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := getenv("FLASHSALE_URL")
+	if def == "" {
+		def = "http://127.0.0.1:8080"
+	}
+	url := fs.String("url", def, "base URL of a running flashsale ($FLASHSALE_URL)")
+	token := fs.String("admin-token", getenv("FLASHSALE_ADMIN_TOKEN"), "admin token ($FLASHSALE_ADMIN_TOKEN)")
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: flashsale dlq [flags] list | replay SEQ | discard SEQ")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return errUsage
+	}
+	var method, path string
+	switch {
+	case rest[0] == "list" && len(rest) == 1:
+		method, path = http.MethodGet, "/admin/v1/dlq?limit=1000"
+	case (rest[0] == "replay" || rest[0] == "discard") && len(rest) == 2:
+		if _, err := strconv.ParseUint(rest[1], 10, 64); err != nil {
+			return fmt.Errorf("SEQ must be a dead letter's sequence number (see dlq list), got %q", rest[1])
+		}
+		method, path = http.MethodPost, "/admin/v1/dlq/"+rest[1]+"/"+rest[0]
+	default:
+		fs.Usage()
+		return errUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(*url, "/")+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+*token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	if *asJSON || rest[0] != "list" {
+		_, err = stdout.Write(body)
+		return err
+	}
+	var list struct {
+		Count       uint64 `json:"count"`
+		DeadLetters []struct {
+			Seq        uint64    `json:"seq"`
+			OrderID    string    `json:"order_id"`
+			SKU        string    `json:"sku_id"`
+			Deliveries int       `json:"deliveries"`
+			FailedAt   time.Time `json:"failed_at"`
+			Reason     string    `json:"reason"`
+		} `json:"dead_letters"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return errors.New("unexpected answer from the admin API: " + err.Error())
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tORDER\tSKU\tDELIVERIES\tFAILED AT\tREASON")
+	for _, d := range list.DeadLetters {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", d.Seq, d.OrderID, d.SKU, d.Deliveries, d.FailedAt.Format(time.RFC3339), d.Reason)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "%d dead letter(s)\n", list.Count)
+	return nil
+}
