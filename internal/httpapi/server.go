@@ -47,6 +47,12 @@ type Config struct {
 	DeadLetters DeadLetters
 	// Breaker, if set, reports the Redis breaker's state for /readyz.
 	Breaker func() string
+	// Dashboard, if set, is the operators' page, served under /dashboard/
+	// (and / redirects there).
+	Dashboard http.Handler
+	// Overview, if set, answers GET /admin/v1/overview: the live state of
+	// every sale and of the pipeline, as JSON (the dashboard's data).
+	Overview func(ctx context.Context) (any, error)
 	Ready   []Checker
 	// Timeout bounds the work of one request (default 5s).
 	Timeout time.Duration
@@ -89,6 +95,20 @@ func (s *Server) routes() {
 	s.handle("GET /readyz", s.readyz)
 	if s.cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", s.cfg.Metrics)
+	}
+	if s.cfg.Overview != nil {
+		s.handle("GET /admin/v1/overview", s.admin_(func(w http.ResponseWriter, r *http.Request) error {
+			v, err := s.cfg.Overview(r.Context())
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, v)
+			return nil
+		}))
+	}
+	if s.cfg.Dashboard != nil {
+		s.mux.Handle("GET /dashboard/", s.cfg.Dashboard)
+		s.mux.Handle("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
 	}
 }
 

@@ -65,6 +65,10 @@ type Deps struct {
 	Log        *slog.Logger
 	Observer   Observer
 	Breaker    BreakerObserver
+	// Seller, if set, sells every purchase straight from the database with
+	// one of the comparison strategies (db-conditional, db-pessimistic,
+	// db-optimistic, redis-lock): no gate, no queue. Used by the benchmark.
+	Seller DirectBuyer
 	// StreamAck, when positive, makes a purchase wait up to this long for the
 	// stream to acknowledge the reservation before answering 202, so that an
 	// accepted purchase survives even a Redis that loses its data. Past it
@@ -81,6 +85,7 @@ type Service struct {
 	orders  OrderReader
 	loader  Loader
 	guard   *guard
+	seller  DirectBuyer
 	ack     time.Duration
 	log     *slog.Logger
 	obs     Observer
@@ -90,7 +95,7 @@ type Service struct {
 
 // New returns a purchase service.
 func New(d Deps, bc BreakerConfig) *Service {
-	s := &Service{Catalog: d.Catalog, gate: d.Gate, relay: d.Relay, orders: d.Orders, loader: d.Loader, log: d.Log, obs: d.Observer, now: time.Now, ack: d.StreamAck}
+	s := &Service{Catalog: d.Catalog, gate: d.Gate, relay: d.Relay, orders: d.Orders, loader: d.Loader, log: d.Log, obs: d.Observer, now: time.Now, ack: d.StreamAck, seller: d.Seller}
 	rebuild := d.RebuildAll
 	if rebuild == nil {
 		rebuild = func(context.Context) error { return nil }
@@ -164,6 +169,16 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		Quantity:       req.Quantity,
 		AcceptedAt:     now.UnixMilli(),
 		IdempotencyKey: req.IdempotencyKey,
+	}
+	if s.seller != nil {
+		o, dup, err := s.seller.BuyDirect(ctx, r, now)
+		if err != nil {
+			if isBusiness(err) {
+				return Result{}, err
+			}
+			return Result{}, fmt.Errorf("%w: %v", sale.ErrUnavailable, err)
+		}
+		return Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}, nil
 	}
 	gr, err := s.guard.reserve(ctx, func(ctx context.Context) (stockgate.ReserveResult, error) {
 		return s.reserve(ctx, r)
