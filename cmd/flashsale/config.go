@@ -38,6 +38,9 @@ type config struct {
 	RedisTimeout    time.Duration
 	MonitorEvery    time.Duration
 	StreamAck       time.Duration
+	PaymentTimeout  time.Duration
+	PaymentSecret   string
+	SweepEvery      time.Duration
 	Failpoints      string
 	LogLevel        string
 	LogFormat       string
@@ -132,6 +135,9 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.RedisTimeout, "redis-timeout", "FLASHSALE_REDIS_TIMEOUT", time.Second, "deadline of one gate call (a timeout is an unknown outcome, asked again with the same order id)")
 	e.dur(&c.MonitorEvery, "redis-monitor-every", "FLASHSALE_REDIS_MONITOR_EVERY", time.Second, "how often the Redis run id is checked (a restart triggers a rebuild from the database)")
 	e.dur(&c.StreamAck, "stream-ack-timeout", "FLASHSALE_STREAM_ACK_TIMEOUT", 250*time.Millisecond, "a purchase waits this long for the stream's ack before answering 202 (0: answer once Redis accepted; the outbox delivers)")
+	e.dur(&c.PaymentTimeout, "payment-timeout", "FLASHSALE_PAYMENT_TIMEOUT", 15*time.Minute, "an unpaid order is cancelled and its stock released this long after it was accepted")
+	e.str(&c.PaymentSecret, "payment-secret", "FLASHSALE_PAYMENT_SECRET", "", "HMAC-SHA256 secret of payment-provider callbacks (callback route disabled when empty)")
+	e.dur(&c.SweepEvery, "sweep-every", "FLASHSALE_SWEEP_EVERY", 5*time.Second, "period of the database sweeper that releases overdue orders (safety net of the delayed trigger)")
 	e.str(&c.Failpoints, "failpoints", "FLASHSALE_FAILPOINTS", "", "crash sites for fault tests only (name=exit|hang,...)")
 	e.str(&c.LogLevel, "log-level", "FLASHSALE_LOG_LEVEL", "info", "debug, info, warn or error")
 	e.str(&c.LogFormat, "log-format", "FLASHSALE_LOG_FORMAT", "text", "text or json")
@@ -160,6 +166,10 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, fmt.Errorf("breaker-ratio must be in (0, 1]")
 	case c.FallbackConc < 0:
 		return c, fmt.Errorf("fallback-concurrency must be 0 or more")
+	case c.PaymentTimeout < time.Second:
+		return c, fmt.Errorf("payment-timeout must be at least 1s")
+	case c.SweepEvery <= 0:
+		return c, fmt.Errorf("sweep-every must be positive")
 	}
 	if _, err := c.backoff(); err != nil {
 		return c, err

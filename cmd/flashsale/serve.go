@@ -26,6 +26,7 @@ import (
 	"github.com/flashsale/flashsale/internal/purchase"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/relay"
+	"github.com/flashsale/flashsale/internal/release"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
 )
@@ -70,20 +71,21 @@ func newLogger(cfg config, w io.Writer) (*slog.Logger, error) {
 
 // app is one running instance: every component wired, workers started.
 type app struct {
-	cfg      config
-	log      *slog.Logger
-	store    *orderstore.Store
-	redis    rueidis.Client
-	embedded *orderqueue.Embedded
-	nc       *nats.Conn
-	queue    *orderqueue.Queue
-	gate     *stockgate.Gate
-	relay    *relay.Relay
-	buy      *purchase.Service
-	catalog  *purchase.Catalog
-	sync     *reconcile.Syncer
-	metrics  *metrics.Metrics
-	handler  http.Handler
+	cfg       config
+	log       *slog.Logger
+	store     *orderstore.Store
+	redis     rueidis.Client
+	embedded  *orderqueue.Embedded
+	nc        *nats.Conn
+	queue     *orderqueue.Queue
+	gate      *stockgate.Gate
+	relay     *relay.Relay
+	buy       *purchase.Service
+	catalog   *purchase.Catalog
+	lifecycle *release.Service
+	sync      *reconcile.Syncer
+	metrics   *metrics.Metrics
+	handler   http.Handler
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -165,13 +167,16 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		log.Warn("redis monitor", "err", err)
 	}
 
+	a.lifecycle = release.New(a.store, a.gate, a.buy, a.isActive, log)
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
-		AdminToken:  cfg.AdminToken,
-		Users:       httpapi.NewUserAuth(cfg.UserTokenSecret),
-		DeadLetters: deadletter.New(a.queue, a.store, a.gate),
-		Breaker:     a.buy.BreakerState,
-		Metrics:     promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
-		Observe:     a.metrics.HTTP,
+		Lifecycle:     a.lifecycle,
+		PaymentSecret: cfg.PaymentSecret,
+		AdminToken:    cfg.AdminToken,
+		Users:         httpapi.NewUserAuth(cfg.UserTokenSecret),
+		DeadLetters:   deadletter.New(a.queue, a.store, a.gate),
+		Breaker:       a.buy.BreakerState,
+		Metrics:       promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
+		Observe:       a.metrics.HTTP,
 		Ready: []httpapi.Checker{
 			// Purchases need PostgreSQL (the record) and Redis or the database
 			// fallback; while the queue is out they wait in the Redis outbox.
@@ -193,12 +198,16 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	})
 	a.goRun(func() { a.expireLoop(wctx) })
 	a.goRun(func() { monitor.Run(wctx, cfg.MonitorEvery) })
+	a.goRun(func() { a.lifecycle.RunRestorer(wctx, 500*time.Millisecond) })
+	a.goRun(func() { a.lifecycle.RunSweeper(wctx, cfg.SweepEvery) })
+	timer := release.NewTimer(a.lifecycle, cfg.PaymentTimeout)
+	a.goRun(func() { timer.Run(wctx, a.queue.ExpiryConsumer()) })
 	return a, nil
 }
 
 // openStores connects to PostgreSQL and Redis.
 func (a *app) openStores(ctx context.Context) (err error) {
-	if a.store, err = orderstore.Open(ctx, a.cfg.DatabaseURL, orderstore.Options{MaxConns: int32(a.cfg.DBMaxConns), Logger: a.log}); err != nil {
+	if a.store, err = orderstore.Open(ctx, a.cfg.DatabaseURL, orderstore.Options{MaxConns: int32(a.cfg.DBMaxConns), Logger: a.log, PaymentTimeout: a.cfg.PaymentTimeout}); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
 	ropt, err := rueidis.ParseURL(a.cfg.RedisURL)
@@ -242,6 +251,12 @@ func (a *app) activeSKUs() []string {
 		}
 	}
 	return out
+}
+
+// isActive reports whether sku's sale has not ended.
+func (a *app) isActive(sku string) bool {
+	s, ok := a.catalog.Get(sku)
+	return ok && (s.EndsAt.IsZero() || time.Now().Before(s.EndsAt))
 }
 
 // rebuildAll rebuilds every active sale in Redis from the database.

@@ -19,6 +19,9 @@ const (
 	ConsumerBeforeCommit = "consumer_before_commit"
 	// ConsumerAfterCommitBeforeAck sits in the consumer after the commit, before the acks.
 	ConsumerAfterCommitBeforeAck = "consumer_after_commit_before_ack"
+	// ReleaseAfterStatusBeforeRestock sits in the restorer: a release is
+	// committed in the database, its units not yet back in Redis.
+	ReleaseAfterStatusBeforeRestock = "release_after_status_before_restock"
 )
 
 // Actions a failpoint can take.

@@ -21,23 +21,28 @@ const maxDepth = 8
 // decode reads a strict JSON object into v: Content-Type application/json,
 // at most maxBody bytes, no unknown fields, no trailing data, bounded depth.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			return errMediaType
-		}
-	} else {
-		return errMediaType
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
+// readBody checks the Content-Type and reads at most maxBody bytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return nil, errMediaType
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return errTooLarge
+			return nil, errTooLarge
 		}
-		return fmt.Errorf("%w: reading body: %v", sale.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: reading body: %v", sale.ErrInvalid, err)
 	}
-	return decodeJSON(body, v)
+	return body, nil
 }
 
 // decodeJSON is the strict decoder behind decode (fuzzed).

@@ -29,6 +29,11 @@ var errorCodes = []struct {
 	{sale.ErrSaleNotOpen, http.StatusConflict, "sale_not_started"},
 	{sale.ErrSaleEnded, http.StatusConflict, "sale_ended"},
 	{sale.ErrStockConflict, http.StatusConflict, "stock_conflict"},
+	{sale.ErrOrderExpired, http.StatusConflict, "order_expired"},
+	{sale.ErrOrderPaid, http.StatusConflict, "order_paid"},
+	{sale.ErrOrderFailed, http.StatusConflict, "order_failed"},
+	{sale.ErrOrderQueued, http.StatusConflict, "order_queued"},
+	{errCallbackDisabled, http.StatusForbidden, "callback_disabled"},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "body_too_large"},
 	{errMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type"},
 	{sale.ErrBusy, http.StatusServiceUnavailable, "busy"},
@@ -38,11 +43,12 @@ var errorCodes = []struct {
 }
 
 var (
-	errNotFound     = errors.New("no such route")
-	errMethod       = errors.New("method not allowed")
-	errTooLarge     = errors.New("request body too large")
-	errMediaType    = errors.New("Content-Type must be application/json")
-	errNoDeadLetter = errors.New("no such dead letter")
+	errNotFound         = errors.New("no such route")
+	errMethod           = errors.New("method not allowed")
+	errTooLarge         = errors.New("request body too large")
+	errMediaType        = errors.New("Content-Type must be application/json")
+	errNoDeadLetter     = errors.New("no such dead letter")
+	errCallbackDisabled = errors.New("payment callbacks are disabled: no payment secret configured")
 )
 
 // busyMessage is the message of 503 busy, in the buyer's language.

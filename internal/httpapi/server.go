@@ -25,6 +25,12 @@ type Admin interface {
 	Warm(ctx context.Context, id string) (reconcile.WarmResult, error)
 }
 
+// Lifecycle is what the payment and cancellation routes need.
+type Lifecycle interface {
+	Pay(ctx context.Context, user, id, ref string) (sale.Order, error)
+	Cancel(ctx context.Context, user, id string) (sale.Order, error)
+}
+
 // DeadLetters is what the dead-letter admin routes need.
 type DeadLetters interface {
 	List(ctx context.Context, after uint64, limit int) ([]orderqueue.DeadLetter, uint64, error)
@@ -45,6 +51,10 @@ type Config struct {
 	AdminToken  string
 	Users       *UserAuth
 	DeadLetters DeadLetters
+	Lifecycle   Lifecycle
+	// PaymentSecret signs payment-provider callbacks (HMAC-SHA256 of the
+	// body); the callback route answers 403 callback_disabled when empty.
+	PaymentSecret string
 	// Breaker, if set, reports the Redis breaker's state for /readyz.
 	Breaker func() string
 	// Dashboard, if set, is the operators' page, served under /dashboard/
@@ -53,7 +63,7 @@ type Config struct {
 	// Overview, if set, answers GET /admin/v1/overview: the live state of
 	// every sale and of the pipeline, as JSON (the dashboard's data).
 	Overview func(ctx context.Context) (any, error)
-	Ready   []Checker
+	Ready    []Checker
 	// Timeout bounds the work of one request (default 5s).
 	Timeout time.Duration
 	// Metrics, if set, is served at /metrics.
@@ -91,6 +101,11 @@ func (s *Server) routes() {
 	s.handle("GET /api/v1/skus/{sku_id}", s.getSKU)
 	s.handle("POST /api/v1/orders", s.user(s.createOrder))
 	s.handle("GET /api/v1/orders/{order_id}", s.user(s.getOrder))
+	if s.cfg.Lifecycle != nil {
+		s.handle("POST /api/v1/orders/{order_id}/pay", s.user(s.payOrder))
+		s.handle("POST /api/v1/orders/{order_id}/cancel", s.user(s.cancelOrder))
+		s.handle("POST /api/v1/payments/callback", s.paymentCallback)
+	}
 	s.handle("GET /healthz", s.healthz)
 	s.handle("GET /readyz", s.readyz)
 	if s.cfg.Metrics != nil {
@@ -306,13 +321,23 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
 }
 
 type orderResponse struct {
-	OrderID    string    `json:"order_id"`
-	SKU        string    `json:"sku_id"`
-	User       string    `json:"user_id"`
-	Quantity   int64     `json:"quantity"`
-	Status     string    `json:"status"`
-	CreatedAt  time.Time `json:"created_at"`
-	FailReason string    `json:"fail_reason,omitempty"`
+	OrderID      string     `json:"order_id"`
+	SKU          string     `json:"sku_id"`
+	User         string     `json:"user_id"`
+	Quantity     int64      `json:"quantity"`
+	Status       string     `json:"status"`
+	CreatedAt    time.Time  `json:"created_at"`
+	FailReason   string     `json:"fail_reason,omitempty"`
+	ExpiresAt    *time.Time `json:"expires_at"`
+	PaidAt       *time.Time `json:"paid_at"`
+	CancelledAt  *time.Time `json:"cancelled_at"`
+	CancelReason string     `json:"cancel_reason,omitempty"`
+}
+
+func orderJSON(o sale.Order) orderResponse {
+	return orderResponse{OrderID: o.ID, SKU: o.SKU, User: o.User, Quantity: o.Quantity,
+		Status: string(o.Status), CreatedAt: o.CreatedAt.UTC(), FailReason: o.FailReason,
+		ExpiresAt: o.ExpiresAt, PaidAt: o.PaidAt, CancelledAt: o.CancelledAt, CancelReason: o.CancelReason}
 }
 
 func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) error {
@@ -320,8 +345,79 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, orderResponse{OrderID: o.ID, SKU: o.SKU, User: o.User, Quantity: o.Quantity,
-		Status: string(o.Status), CreatedAt: o.CreatedAt.UTC(), FailReason: o.FailReason})
+	writeJSON(w, http.StatusOK, orderJSON(o))
+	return nil
+}
+
+// payRequest is the optional body of POST /api/v1/orders/{order_id}/pay.
+type payRequest struct {
+	PaymentRef string `json:"payment_ref"`
+}
+
+func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) error {
+	var req payRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &req); err != nil {
+			return err
+		}
+	}
+	if len(req.PaymentRef) > 128 {
+		return fmt.Errorf("%w: payment_ref longer than 128", sale.ErrInvalid)
+	}
+	o, err := s.cfg.Lifecycle.Pay(r.Context(), userOf(r), r.PathValue("order_id"), req.PaymentRef)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, orderJSON(o))
+	return nil
+}
+
+func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request) error {
+	o, err := s.cfg.Lifecycle.Cancel(r.Context(), userOf(r), r.PathValue("order_id"))
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if o.Status == sale.StatusQueued {
+		// Cancelled when it lands.
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, orderJSON(o))
+	return nil
+}
+
+// callbackRequest is the body of POST /api/v1/payments/callback.
+type callbackRequest struct {
+	OrderID    string `json:"order_id"`
+	PaymentRef string `json:"payment_ref"`
+}
+
+// paymentCallback is the payment provider's notification that an order was
+// paid. It is authenticated by X-Flashsale-Signature: sha256=<hex HMAC-SHA256
+// of the raw body with the payment secret>, compared in constant time.
+func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.PaymentSecret == "" {
+		return errCallbackDisabled
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	if !validSignature(s.cfg.PaymentSecret, body, r.Header.Get("X-Flashsale-Signature")) {
+		return errUnauthenticated
+	}
+	var req callbackRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	if len(req.PaymentRef) > 128 {
+		return fmt.Errorf("%w: payment_ref longer than 128", sale.ErrInvalid)
+	}
+	o, err := s.cfg.Lifecycle.Pay(r.Context(), "", req.OrderID, req.PaymentRef)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, orderJSON(o))
 	return nil
 }
 

@@ -18,6 +18,8 @@ const (
 	StreamName    = "FLASHSALE_ORDERS"
 	SubjectPrefix = "flashsale.orders."
 	ConsumerName  = "flashsale-apply"
+	// ExpiryConsumerName reads the same stream to time payment deadlines.
+	ExpiryConsumerName = "flashsale-expire"
 	// DeadLetterStream keeps reservations the consumer gave up on, until an
 	// operator replays or discards them. Nothing expires from it.
 	DeadLetterStream = "FLASHSALE_DLQ"
@@ -36,6 +38,10 @@ type Config struct {
 	MaxAckPending int
 	// Replicas of the stream on a clustered broker (default 1).
 	Replicas int
+	// ExpiryMaxPending bounds orders the payment-timeout consumer holds back
+	// at once (default 1,000,000): it must exceed the orders accepted within
+	// one payment timeout.
+	ExpiryMaxPending int
 }
 
 func (c Config) withDefaults() Config {
@@ -54,6 +60,9 @@ func (c Config) withDefaults() Config {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
+	if c.ExpiryMaxPending == 0 {
+		c.ExpiryMaxPending = 1_000_000
+	}
 	return c
 }
 
@@ -63,6 +72,7 @@ type Queue struct {
 	stream   jetstream.Stream
 	dlq      jetstream.Stream
 	consumer jetstream.Consumer
+	expiry   jetstream.Consumer
 }
 
 // Open creates or updates the stream and the durable consumer on nc.
@@ -107,7 +117,18 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orderqueue: consumer: %w", err)
 	}
-	return &Queue{js: js, stream: st, dlq: dlq, consumer: cons}, nil
+	exp, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       ExpiryConsumerName,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxAckPending: cfg.ExpiryMaxPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: SubjectPrefix + "*",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orderqueue: expiry consumer: %w", err)
+	}
+	return &Queue{js: js, stream: st, dlq: dlq, consumer: cons, expiry: exp}, nil
 }
 
 // Message is one reservation to publish.
@@ -143,6 +164,9 @@ func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 
 // Consumer returns the durable consumer the appliers share.
 func (q *Queue) Consumer() jetstream.Consumer { return q.consumer }
+
+// ExpiryConsumer returns the durable consumer of the payment timers.
+func (q *Queue) ExpiryConsumer() jetstream.Consumer { return q.expiry }
 
 // Stats is the queue's backlog.
 type Stats struct {

@@ -227,6 +227,13 @@ func TestApplyBatch(t *testing.T) {
 			t.Errorf("Order(%s).UpdatedAt = %v, want set", id, got.UpdatedAt)
 		}
 		got.UpdatedAt = nil
+		switch {
+		case got.Status == sale.StatusPendingPayment && (got.ExpiresAt == nil || !got.ExpiresAt.Equal(got.CreatedAt.Add(15*time.Minute))):
+			t.Errorf("Order(%s).ExpiresAt = %v, want created_at + the 15 minute payment timeout", id, got.ExpiresAt)
+		case got.Status == sale.StatusFailed && got.ExpiresAt != nil:
+			t.Errorf("failed Order(%s).ExpiresAt = %v, want none", id, got.ExpiresAt)
+		}
+		got.ExpiresAt = nil
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("Order(%s) (-want +got):\n%s", id, diff)
 		}
@@ -452,7 +459,7 @@ UPDATE inventory i SET stock = i.stock + c.quantity FROM c WHERE i.sku_id = c.sk
 	}
 
 	unapplied := oid(1, 99)
-	stock, processed, err := s.Snapshot(ctx, "SNAP", []string{oid(1, 1), oid(1, 2), oid(1, 4), oid(1, 5), unapplied})
+	stock, processed, _, err := s.Snapshot(ctx, "SNAP", []string{oid(1, 1), oid(1, 2), oid(1, 4), oid(1, 5), unapplied})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,10 +475,10 @@ UPDATE inventory i SET stock = i.stock + c.quantity FROM c WHERE i.sku_id = c.sk
 	if diff := cmp.Diff(wantProcessed, processed); diff != "" {
 		t.Errorf("Snapshot processed (-want +got):\n%s", diff)
 	}
-	if _, processed, err := s.Snapshot(ctx, "SNAP", nil); err != nil || len(processed) != 0 {
+	if _, processed, _, err := s.Snapshot(ctx, "SNAP", nil); err != nil || len(processed) != 0 {
 		t.Errorf("Snapshot without ids = %v, %v; want empty map, no error", processed, err)
 	}
-	if _, _, err := s.Snapshot(ctx, "GHOST", []string{oid(1, 1)}); !errors.Is(err, sale.ErrUnknownSKU) {
+	if _, _, _, err := s.Snapshot(ctx, "GHOST", []string{oid(1, 1)}); !errors.Is(err, sale.ErrUnknownSKU) {
 		t.Errorf("Snapshot(GHOST) err = %v, want %v", err, sale.ErrUnknownSKU)
 	}
 
@@ -538,7 +545,7 @@ func TestErrorsLeaveNothingBehind(t *testing.T) {
 	if _, _, _, err := s.PutSKU(dead, orderstore.SKUChange{ID: "ERR", TotalStock: 9, PerUserLimit: 1}); err == nil {
 		t.Error("PutSKU with a cancelled context succeeded")
 	}
-	if _, _, err := s.Snapshot(dead, "ERR", []string{r.OrderID}); err == nil {
+	if _, _, _, err := s.Snapshot(dead, "ERR", []string{r.OrderID}); err == nil {
 		t.Error("Snapshot with a cancelled context succeeded")
 	}
 	if l := checkInvariants(t, s, "ERR"); l.Stock != 5 || l.Total != 5 || l.Logged != 0 {
@@ -554,7 +561,7 @@ func TestErrorsLeaveNothingBehind(t *testing.T) {
 	if _, err := bare.ApplyBatch(ctx, []sale.Reservation{r}); err == nil {
 		t.Error("ApplyBatch without a schema succeeded")
 	}
-	if _, _, err := bare.Snapshot(ctx, "ERR", nil); err == nil {
+	if _, _, _, err := bare.Snapshot(ctx, "ERR", nil); err == nil {
 		t.Error("Snapshot without a schema succeeded")
 	}
 }

@@ -20,7 +20,7 @@ var (
 	duringSale = saleStart.Add(time.Minute)
 )
 
-var ignoreUpdatedAt = cmpopts.IgnoreFields(sale.Order{}, "UpdatedAt")
+var ignoreUpdatedAt = cmpopts.IgnoreFields(sale.Order{}, "UpdatedAt", "ExpiresAt")
 
 func wantPending(r sale.Reservation) sale.Order {
 	return sale.Order{

@@ -24,7 +24,12 @@ type Options struct {
 	MaxConns int32
 	// Logger receives database creation and migration messages; nil discards them.
 	Logger *slog.Logger
+	// PaymentTimeout is how long after acceptance an unpaid order expires
+	// (orders.expires_at); 0 means 15 minutes.
+	PaymentTimeout time.Duration
 }
+
+const defaultPaymentTimeout = 15 * time.Minute
 
 const defaultMaxConns = 16
 
@@ -45,8 +50,14 @@ const (
 // Store is the database of record. Create it with Open; it is safe for
 // concurrent use by many goroutines and many processes sharing one database.
 type Store struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	timeout time.Duration // payment timeout
+}
+
+// expiry returns when an order accepted at acceptedMs expires unpaid.
+func (s *Store) expiry(acceptedMs int64) time.Time {
+	return time.UnixMilli(acceptedMs).Add(s.timeout)
 }
 
 // SKUChange is the admin's description of a SKU for PutSKU.

@@ -94,7 +94,11 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("orderstore: connect: %w", err)
 	}
-	return &Store{pool: pool, log: log}, nil
+	timeout := o.PaymentTimeout
+	if timeout <= 0 {
+		timeout = defaultPaymentTimeout
+	}
+	return &Store{pool: pool, log: log, timeout: timeout}, nil
 }
 
 // createDatabase creates the database named in cc through the maintenance

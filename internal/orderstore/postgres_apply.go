@@ -101,8 +101,15 @@ GROUP BY o.sku_id, o.user_id`
 const takeStockSQL = `UPDATE inventory SET stock = stock - $2, updated_at = now() WHERE sku_id = $1 AND stock >= $2`
 
 const insertOrdersSQL = `
-INSERT INTO orders (order_id, sku_id, user_id, quantity, status, fail_reason, idempotency_key, created_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::timestamptz[])`
+INSERT INTO orders (order_id, sku_id, user_id, quantity, status, fail_reason, idempotency_key, created_at,
+    expires_at, cancel_reason, cancelled_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::timestamptz[],
+    $9::timestamptz[], $10::text[], $11::timestamptz[])`
+
+// Cancellations requested while the order was queued (see RequestCancel).
+const cancelRequestsSQL = `SELECT order_id, user_id FROM cancel_requests WHERE order_id = ANY($1::text[])`
+
+const deleteCancelRequestsSQL = `DELETE FROM cancel_requests WHERE order_id = ANY($1::text[])`
 
 // applyUnique runs the transaction of ApplyBatch on reservations with distinct
 // order ids: four round trips (begin+log, read+lock+holdings, write, commit).
@@ -149,6 +156,7 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 	prior := make(map[string]Outcome, len(dupIDs))
 	locked := make(map[string]lockedSKU, len(skuSet))
 	held := make(map[holder]int64)
+	cancelBy := make(map[string]string)
 	b = &pgx.Batch{}
 	if len(dupIDs) > 0 {
 		b.Queue(appliedOrdersSQL, dupIDs).Query(func(rows pgx.Rows) error {
@@ -181,6 +189,15 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 		for h := range pairSet {
 			pairSKUs, pairUsers = append(pairSKUs, h.SKU), append(pairUsers, h.User)
 		}
+		freshIDs := make([]string, len(fresh))
+		for i, r := range fresh {
+			freshIDs[i] = r.OrderID
+		}
+		b.Queue(cancelRequestsSQL, freshIDs).Query(func(rows pgx.Rows) error {
+			var id, user string
+			_, err := pgx.ForEachRow(rows, []any{&id, &user}, func() error { cancelBy[id] = user; return nil })
+			return err
+		})
 		b.Queue(liveHeldSQL, pairSKUs, pairUsers).Query(func(rows pgx.Rows) error {
 			var (
 				h holder
@@ -201,7 +218,28 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 		}
 	}
 
-	decided, take := allocate(fresh, locked, held)
+	// A reservation its owner cancelled while it was queued lands cancelled:
+	// it takes no stock, and the gate gives its units back (redis_restores).
+	var toAllocate []sale.Reservation
+	var cancelledIDs []string
+	for _, r := range fresh {
+		if u, ok := cancelBy[r.OrderID]; ok && u == r.User {
+			cancelledIDs = append(cancelledIDs, r.OrderID)
+			continue
+		}
+		toAllocate = append(toAllocate, r)
+	}
+	allocated, take := allocate(toAllocate, locked, held)
+	decided := make([]Outcome, len(fresh))
+	for i, j := 0, 0; i < len(fresh); i++ {
+		if u, ok := cancelBy[fresh[i].OrderID]; ok && u == fresh[i].User {
+			decided[i] = Outcome{OrderID: fresh[i].OrderID, Status: sale.StatusCancelled}
+			continue
+		}
+		decided[i] = allocated[j]
+		j++
+	}
+	now := time.Now()
 	if len(fresh) > 0 {
 		b = &pgx.Batch{}
 		for _, sku := range slices.Sorted(maps.Keys(take)) {
@@ -213,7 +251,24 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 				return nil
 			})
 		}
-		b.Queue(insertOrdersSQL, orderColumns(fresh, decided)...)
+		b.Queue(insertOrdersSQL, s.orderColumns(fresh, decided, now)...)
+		ts := make([]transition, len(fresh))
+		var restores []Restore
+		for i, r := range fresh {
+			ts[i] = transition{r: r, to: decided[i].Status, cause: causeApplied, at: now}
+			switch decided[i].Status {
+			case sale.StatusFailed:
+				ts[i].cause = "refused:" + decided[i].Reason
+			case sale.StatusCancelled:
+				ts[i].cause = sale.CancelByUser
+				restores = append(restores, Restore{OrderID: r.OrderID, SKU: r.SKU, User: r.User, Quantity: r.Quantity})
+			}
+		}
+		queueTransitions(b, ts)
+		queueRestores(b, restores)
+		if len(cancelledIDs) > 0 {
+			b.Queue(deleteCancelRequestsSQL, cancelledIDs)
+		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return nil, fmt.Errorf("take stock and insert orders: %w", err)
 		}
@@ -236,15 +291,25 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 }
 
 // orderColumns returns the arguments of insertOrdersSQL: one array per column.
-func orderColumns(rs []sale.Reservation, decided []Outcome) []any {
+func (s *Store) orderColumns(rs []sale.Reservation, decided []Outcome, now time.Time) []any {
 	n := len(rs)
 	var (
 		ids, skus, users, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		qty                        = make([]int64, n)
 		reasons, keys              = make([]*string, n), make([]*string, n)
 		created                    = make([]time.Time, n)
+		expires, cancelledAt       = make([]*time.Time, n), make([]*time.Time, n)
+		cancelReasons              = make([]*string, n)
 	)
+	byUser := sale.CancelByUser
 	for i, r := range rs {
+		switch decided[i].Status {
+		case sale.StatusPendingPayment:
+			e := s.expiry(r.AcceptedAt)
+			expires[i] = &e
+		case sale.StatusCancelled:
+			cancelledAt[i], cancelReasons[i] = &now, &byUser
+		}
 		ids[i], skus[i], users[i], qty[i] = r.OrderID, r.SKU, r.User, r.Quantity
 		statuses[i] = string(decided[i].Status)
 		if decided[i].Reason != "" {
@@ -255,7 +320,7 @@ func orderColumns(rs []sale.Reservation, decided []Outcome) []any {
 		}
 		created[i] = time.UnixMilli(r.AcceptedAt)
 	}
-	return []any{ids, skus, users, qty, statuses, reasons, keys, created}
+	return []any{ids, skus, users, qty, statuses, reasons, keys, created, expires, cancelReasons, cancelledAt}
 }
 
 const insertDiscardedOrderSQL = `
@@ -313,6 +378,11 @@ func (s *Store) Discard(ctx context.Context, r sale.Reservation) (already bool, 
 	if _, err := tx.Exec(ctx, insertDiscardedOrderSQL, r.OrderID, r.SKU, r.User, r.Quantity,
 		ReasonDiscarded, nullString(r.IdempotencyKey), time.UnixMilli(r.AcceptedAt)); err != nil {
 		return false, "", fmt.Errorf("orderstore: discard %s: insert order: %w", r.OrderID, err)
+	}
+	tb := &pgx.Batch{}
+	queueTransitions(tb, []transition{{r: r, to: sale.StatusFailed, cause: "refused:" + ReasonDiscarded, at: time.Now()}})
+	if err := tx.SendBatch(ctx, tb).Close(); err != nil {
+		return false, "", fmt.Errorf("orderstore: discard %s: transition: %w", r.OrderID, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return false, "", fmt.Errorf("orderstore: discard %s: commit: %w", r.OrderID, err)

@@ -31,8 +31,8 @@ FROM orders
 WHERE sku_id = $1 AND user_id = $2`
 
 const insertOrderSQL = `
-INSERT INTO orders (order_id, sku_id, user_id, quantity, status, idempotency_key, created_at)
-VALUES ($1, $2, $3, $4, 'pending_payment', $5, $6)
+INSERT INTO orders (order_id, sku_id, user_id, quantity, status, idempotency_key, created_at, expires_at)
+VALUES ($1, $2, $3, $4, 'pending_payment', $5, $6, $7)
 RETURNING ` + orderColumnList
 
 // BuyDirect sells r straight from the database in one READ COMMITTED
@@ -159,12 +159,13 @@ func (s *Store) buyDirect(ctx context.Context, r sale.Reservation, now time.Time
 		}
 		return nil
 	})
-	b.Queue(insertOrderSQL, r.OrderID, r.SKU, r.User, r.Quantity, nullString(r.IdempotencyKey), time.UnixMilli(r.AcceptedAt)).
+	b.Queue(insertOrderSQL, r.OrderID, r.SKU, r.User, r.Quantity, nullString(r.IdempotencyKey), time.UnixMilli(r.AcceptedAt), s.expiry(r.AcceptedAt)).
 		QueryRow(func(row pgx.Row) error {
 			var err error
 			order, err = scanOrder(row)
 			return err
 		})
+	queueTransitions(b, []transition{{r: r, to: sale.StatusPendingPayment, cause: causeDirect, at: now}})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return sale.Order{}, false, fmt.Errorf("take stock and insert order: %w", err)
 	}

@@ -11,7 +11,8 @@ import (
 )
 
 // orderColumnList is the column list scanOrder reads.
-const orderColumnList = `order_id, sku_id, user_id, quantity, status, created_at, fail_reason, updated_at`
+const orderColumnList = `order_id, sku_id, user_id, quantity, status, created_at, fail_reason, updated_at,
+	expires_at, paid_at, cancelled_at, cancel_reason`
 
 const orderSQL = `SELECT ` + orderColumnList + ` FROM orders WHERE order_id = $1`
 
@@ -32,13 +33,19 @@ func (s *Store) Order(ctx context.Context, id string) (sale.Order, error) {
 // scanOrder scans the columns of orderColumnList. Times come back in UTC.
 func scanOrder(row pgx.Row) (sale.Order, error) {
 	var (
-		o         sale.Order
-		status    string
-		reason    *string
-		updatedAt time.Time
+		o                          sale.Order
+		status                     string
+		reason, cancelReason       *string
+		updatedAt                  time.Time
+		expires, paid, cancelledAt *time.Time
 	)
-	if err := row.Scan(&o.ID, &o.SKU, &o.User, &o.Quantity, &status, &o.CreatedAt, &reason, &updatedAt); err != nil {
+	if err := row.Scan(&o.ID, &o.SKU, &o.User, &o.Quantity, &status, &o.CreatedAt, &reason, &updatedAt,
+		&expires, &paid, &cancelledAt, &cancelReason); err != nil {
 		return sale.Order{}, err
+	}
+	o.ExpiresAt, o.PaidAt, o.CancelledAt = utcPtr(expires), utcPtr(paid), utcPtr(cancelledAt)
+	if cancelReason != nil {
+		o.CancelReason = *cancelReason
 	}
 	o.Status = sale.Status(status)
 	o.CreatedAt = o.CreatedAt.UTC()
@@ -57,20 +64,30 @@ SELECT p.tx_id, coalesce(o.status, '')
 FROM process_log p LEFT JOIN orders o ON o.order_id = p.tx_id
 WHERE p.tx_id = ANY($1::text[])`
 
-// Snapshot reads, in ONE read-only REPEATABLE READ transaction (so both parts
-// describe the same instant), the database stock of sku and, for the given
-// order ids, which are already in process_log and the status of their order.
+// Snapshot reads, in ONE read-only REPEATABLE READ transaction (so all parts
+// describe the same instant), the database stock of sku, the Redis restores
+// it still owes (releases whose stock the database already took back), and,
+// for the given order ids, which are already in process_log and the status
+// of their order.
 // Ids absent from processed have not been applied (the status is "" only for
 // a process_log row without an order row, which ApplyBatch never writes). An
 // absent SKU gives an error wrapping sale.ErrUnknownSKU.
 //
 // The reconciler uses it to tell reservations in flight (not processed) from
 // those the database stock already accounts for.
-func (s *Store) Snapshot(ctx context.Context, sku string, ids []string) (stock int64, processed map[string]sale.Status, err error) {
+func (s *Store) Snapshot(ctx context.Context, sku string, ids []string) (stock int64, processed map[string]sale.Status, restores []Restore, err error) {
 	processed = make(map[string]sale.Status)
 	found := false
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	b.Queue(`SELECT order_id, sku_id, user_id, quantity FROM redis_restores WHERE sku_id = $1`, sku).Query(func(rows pgx.Rows) error {
+		var r Restore
+		_, err := pgx.ForEachRow(rows, []any{&r.OrderID, &r.SKU, &r.User, &r.Quantity}, func() error {
+			restores = append(restores, r)
+			return nil
+		})
+		return err
+	})
 	b.Queue(snapshotStockSQL, sku).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&stock)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -93,15 +110,15 @@ func (s *Store) Snapshot(ctx context.Context, sku string, ids []string) (stock i
 	tx := br.Tx()
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	if err := br.Close(); err != nil {
-		return 0, nil, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
+		return 0, nil, nil, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, nil, fmt.Errorf("orderstore: snapshot %q: commit: %w", sku, err)
+		return 0, nil, nil, fmt.Errorf("orderstore: snapshot %q: commit: %w", sku, err)
 	}
 	if !found {
-		return 0, nil, fmt.Errorf("orderstore: snapshot %q: %w", sku, sale.ErrUnknownSKU)
+		return 0, nil, nil, fmt.Errorf("orderstore: snapshot %q: %w", sku, sale.ErrUnknownSKU)
 	}
-	return stock, processed, nil
+	return stock, processed, restores, nil
 }
 
 // Processed returns, for the given order ids, which are in process_log
@@ -150,4 +167,12 @@ func (s *Store) LiveHoldings(ctx context.Context, sku string) (map[string]int64,
 		return nil, fmt.Errorf("orderstore: live holdings %q: %w", sku, err)
 	}
 	return held, nil
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }

@@ -22,7 +22,7 @@ import (
 type Store interface {
 	SKU(ctx context.Context, id string) (sale.SKU, error)
 	PutSKU(ctx context.Context, c orderstore.SKUChange) (sale.SKU, int64, bool, error)
-	Snapshot(ctx context.Context, sku string, ids []string) (int64, map[string]sale.Status, error)
+	Snapshot(ctx context.Context, sku string, ids []string) (int64, map[string]sale.Status, []orderstore.Restore, error)
 	LiveHoldings(ctx context.Context, sku string) (map[string]int64, error)
 }
 
@@ -34,10 +34,10 @@ type Queue interface {
 
 // Gate is the Redis side.
 type Gate interface {
-	Seed(ctx context.Context, sku string, cfg stockgate.Config, available int64, holdings map[string]int64, inflight []sale.Reservation, epoch string) (bool, error)
+	Seed(ctx context.Context, sku string, cfg stockgate.Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []stockgate.Release, epoch string) (bool, error)
 	Fence(ctx context.Context, sku string) error
 	ReadInFlight(ctx context.Context, sku string) (stockgate.InFlight, error)
-	Resync(ctx context.Context, sku string, cfg stockgate.Config, f stockgate.InFlight, dbStock int64, processed map[string]bool) (int64, error)
+	Resync(ctx context.Context, sku string, cfg stockgate.Config, f stockgate.InFlight, dbStock int64, processed map[string]bool, released []stockgate.Release) (int64, error)
 	Adjust(ctx context.Context, sku string, cfg stockgate.Config, delta int64) (int64, error)
 }
 
@@ -156,7 +156,7 @@ func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f
 	for id := range cand {
 		ids = append(ids, id)
 	}
-	stock, processed, err := s.store.Snapshot(ctx, sku.ID, ids)
+	stock, processed, restores, err := s.store.Snapshot(ctx, sku.ID, ids)
 	if err != nil {
 		return WarmResult{}, false, err
 	}
@@ -175,7 +175,7 @@ func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f
 		holdings[r.User] += r.Quantity
 	}
 	avail := max(stock-units, 0)
-	seeded, err := s.gate.Seed(ctx, sku.ID, cfg, avail, holdings, inflight, newEpoch())
+	seeded, err := s.gate.Seed(ctx, sku.ID, cfg, avail, holdings, inflight, releases(restores), newEpoch())
 	if err != nil {
 		return WarmResult{}, false, err
 	}
@@ -187,7 +187,7 @@ func (s *Syncer) resync(ctx context.Context, id string, cfg stockgate.Config, f 
 	for i, r := range f.Reservations {
 		ids[i] = r.OrderID
 	}
-	stock, processed, err := s.store.Snapshot(ctx, id, ids)
+	stock, processed, restores, err := s.store.Snapshot(ctx, id, ids)
 	if err != nil {
 		return WarmResult{}, err
 	}
@@ -201,7 +201,7 @@ func (s *Syncer) resync(ctx context.Context, id string, cfg stockgate.Config, f 
 		}
 		refused[r.OrderID] = st == sale.StatusFailed
 	}
-	avail, err := s.gate.Resync(ctx, id, cfg, f, stock, refused)
+	avail, err := s.gate.Resync(ctx, id, cfg, f, stock, refused, releases(restores))
 	if err != nil {
 		return WarmResult{}, err
 	}
@@ -266,4 +266,13 @@ func newEpoch() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// releases converts the restores a database snapshot shows pending.
+func releases(rs []orderstore.Restore) []stockgate.Release {
+	out := make([]stockgate.Release, len(rs))
+	for i, r := range rs {
+		out[i] = stockgate.Release{OrderID: r.OrderID, User: r.User, Quantity: r.Quantity}
+	}
+	return out
 }

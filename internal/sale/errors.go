@@ -20,6 +20,17 @@ var (
 	ErrNotWarmed = errors.New("sku not loaded in redis")
 	// ErrOrderNotFound is returned when no order has the id (or the caller may not see it).
 	ErrOrderNotFound = errors.New("order not found")
+	// ErrOrderExpired is returned when paying an order that was cancelled
+	// (by its user or the payment timeout): the caller refunds.
+	ErrOrderExpired = errors.New("order was cancelled or expired")
+	// ErrOrderPaid is returned when cancelling an order that is paid.
+	ErrOrderPaid = errors.New("order is paid")
+	// ErrOrderFailed is returned when paying or cancelling an order the
+	// database refused (it never held stock).
+	ErrOrderFailed = errors.New("order failed")
+	// ErrOrderQueued is returned when paying an order still queued (not yet
+	// in the database): retry in a moment.
+	ErrOrderQueued = errors.New("order is still queued")
 	// ErrInvalid is returned for input that breaks the rules of the API.
 	ErrInvalid = errors.New("invalid request")
 	// ErrStockConflict is returned when an admin stock change would take

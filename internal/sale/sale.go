@@ -116,7 +116,20 @@ type Order struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	FailReason string     `json:"fail_reason,omitempty"`
 	UpdatedAt  *time.Time `json:"updated_at,omitempty"`
+	// ExpiresAt is when an unpaid order is released (nil for failed orders).
+	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
+	PaidAt       *time.Time `json:"paid_at,omitempty"`
+	CancelledAt  *time.Time `json:"cancelled_at,omitempty"`
+	CancelReason string     `json:"cancel_reason,omitempty"`
 }
+
+// Causes of a cancellation (orders.cancel_reason).
+const (
+	// CancelByUser: the buyer cancelled.
+	CancelByUser = "user_cancel"
+	// CancelPaymentTimeout: not paid before expires_at.
+	CancelPaymentTimeout = "payment_timeout"
+)
 
 // Input limits. They are part of the API contract (documented in README).
 const (

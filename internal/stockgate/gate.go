@@ -10,6 +10,7 @@
 //	<prefix>:{sku}:res     hash  order_id -> reservation JSON (in flight)
 //	<prefix>:{sku}:outbox  zset  order_id by accepted ms (not yet in the stream)
 //	<prefix>:{sku}:idem    hash  user NUL Idempotency-Key -> order_id
+//	<prefix>:{sku}:rel     set   order ids whose release was restored here
 //	<prefix>:skus          set   SKUs loaded (scanned by the relay)
 package stockgate
 
@@ -45,6 +46,8 @@ var (
 	expireLua string
 	//go:embed fence.lua
 	fenceLua string
+	//go:embed restore.lua
+	restoreLua string
 )
 
 // Gate is the Redis side of the purchase path. It is safe for concurrent use.
@@ -59,6 +62,7 @@ type Gate struct {
 	adjust   *rueidis.Lua
 	expire   *rueidis.Lua
 	fence    *rueidis.Lua
+	restore  *rueidis.Lua
 }
 
 // New returns a Gate on client c whose keys all start with prefix + ":".
@@ -76,16 +80,17 @@ func New(c rueidis.Client, prefix string) *Gate {
 		adjust:   rueidis.NewLuaScript(adjustLua),
 		expire:   rueidis.NewLuaScript(expireLua),
 		fence:    rueidis.NewLuaScript(fenceLua),
+		restore:  rueidis.NewLuaScript(restoreLua),
 	}
 }
 
 // Keys names the Redis keys of one SKU.
-type Keys struct{ Meta, Buyers, Res, Outbox, Idem string }
+type Keys struct{ Meta, Buyers, Res, Outbox, Idem, Rel string }
 
 // KeysOf returns the keys of sku.
 func (g *Gate) KeysOf(sku string) Keys {
 	base := g.prefix + ":{" + sku + "}:"
-	return Keys{Meta: base + "meta", Buyers: base + "buyers", Res: base + "res", Outbox: base + "outbox", Idem: base + "idem"}
+	return Keys{Meta: base + "meta", Buyers: base + "buyers", Res: base + "res", Outbox: base + "outbox", Idem: base + "idem", Rel: base + "rel"}
 }
 
 func (g *Gate) registry() string { return g.prefix + ":skus" }
@@ -208,12 +213,15 @@ func ms(t time.Time) string {
 // reservations in flight) and the reservations in flight (recorded again so
 // that their outcome can still be closed exactly once). It returns false and
 // changes nothing if the SKU is already loaded (use Resync then).
-func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, inflight []sale.Reservation, epoch string) (bool, error) {
+func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []Release, epoch string) (bool, error) {
 	k := g.KeysOf(sku)
 	args := []string{strconv.FormatInt(available, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), epoch,
-		strconv.Itoa(len(holdings))}
+		strconv.Itoa(len(holdings)), strconv.Itoa(len(released))}
 	for u, n := range holdings {
 		args = append(args, u, strconv.FormatInt(n, 10))
+	}
+	for _, r := range released {
+		args = append(args, r.OrderID)
 	}
 	for _, r := range inflight {
 		b, err := json.Marshal(r)
@@ -222,7 +230,7 @@ func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64
 		}
 		args = append(args, r.OrderID, string(b))
 	}
-	n, err := g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res}, args).AsInt64()
+	n, err := g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Rel}, args).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stockgate: seed: %w", err)
 	}
@@ -291,12 +299,16 @@ func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
 // Resync sets a loaded SKU's available units from a database snapshot taken
 // after f was read: available = dbStock - (units of f not processed) -
 // (units reserved since f was read). processed maps the ids of f the database
-// has decided to true when refused; those entries are closed here.
+// has decided to true when refused; those entries are closed here. released
+// are the releases whose Redis restore the snapshot shows pending: dbStock
+// includes their units, so they are marked restored (buyer slot given back)
+// and a later Restore of them does nothing.
 // Returns sale.ErrNotWarmed when the SKU is not loaded.
-func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, dbStock int64, processed map[string]bool) (int64, error) {
+func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, dbStock int64, processed map[string]bool, released []Release) (int64, error) {
 	var pending int64
 	args := []string{strconv.FormatInt(dbStock, 10), strconv.FormatInt(f.Reserved, 10), "",
-		strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt)}
+		strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), ""}
+	nproc := 0
 	for _, r := range f.Reservations {
 		refused, done := processed[r.OrderID]
 		if !done {
@@ -308,10 +320,14 @@ func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, d
 			flag = "f"
 		}
 		args = append(args, r.OrderID, flag)
+		nproc++
 	}
-	args[2] = strconv.FormatInt(pending, 10)
+	args[2], args[6] = strconv.FormatInt(pending, 10), strconv.Itoa(nproc)
+	for _, r := range released {
+		args = append(args, r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10))
+	}
 	k := g.KeysOf(sku)
-	vals, err := g.resync.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox}, args).AsIntSlice()
+	vals, err := g.resync.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Rel}, args).AsIntSlice()
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: resync: %w", err)
 	}
@@ -443,7 +459,7 @@ func (g *Gate) Ping(ctx context.Context) error {
 // the keys were dropped. A sale without an end is never dropped.
 func (g *Gate) Expire(ctx context.Context, sku string, now time.Time, retention time.Duration) (bool, error) {
 	k := g.KeysOf(sku)
-	n, err := g.expire.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem},
+	n, err := g.expire.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, k.Rel},
 		[]string{strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(retention.Milliseconds(), 10)}).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stockgate: expire: %w", err)
@@ -480,4 +496,35 @@ func (g *Gate) SwapRunID(ctx context.Context, id string) (string, error) {
 		return "", nil
 	}
 	return prev, err
+}
+
+// Release is a released order (cancelled or expired) whose units and buyer
+// slot the gate gives back.
+type Release struct {
+	OrderID  string
+	User     string
+	Quantity int64
+}
+
+// Restore gives released orders' units and buyer slots back, once per order
+// id however often it is called. It returns the units given back now, or
+// sale.ErrNotWarmed when the SKU is not loaded (a rebuild then counts the
+// releases from the database; call again after it).
+func (g *Gate) Restore(ctx context.Context, sku string, rs []Release) (int64, error) {
+	if len(rs) == 0 {
+		return 0, nil
+	}
+	args := make([]string, 0, 3*len(rs))
+	for _, r := range rs {
+		args = append(args, r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10))
+	}
+	k := g.KeysOf(sku)
+	vals, err := g.restore.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Rel}, args).AsIntSlice()
+	if err != nil {
+		return 0, fmt.Errorf("stockgate: restore: %w", err)
+	}
+	if vals[0] == -2 {
+		return 0, sale.ErrNotWarmed
+	}
+	return vals[1], nil
 }

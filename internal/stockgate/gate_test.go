@@ -39,7 +39,7 @@ func res(sku, user string, qty int64) sale.Reservation {
 
 func seed(t testing.TB, g *stockgate.Gate, sku string, stock, limit int64) {
 	t.Helper()
-	ok, err := g.Seed(context.Background(), sku, stockgate.Config{PerUserLimit: limit}, stock, nil, nil, "e1")
+	ok, err := g.Seed(context.Background(), sku, stockgate.Config{PerUserLimit: limit}, stock, nil, nil, nil, "e1")
 	if err != nil || !ok {
 		t.Fatalf("seed: %v %v", ok, err)
 	}
@@ -103,7 +103,7 @@ func TestReserveWindow(t *testing.T) {
 		{"late", time.Time{}, now.Add(-time.Second), sale.ErrSaleEnded},
 		{"open", now.Add(-time.Hour), now.Add(time.Hour), nil},
 	} {
-		if _, err := g.Seed(ctx, c.sku, stockgate.Config{PerUserLimit: 1, StartsAt: c.start, EndsAt: c.end}, 5, nil, nil, "e"); err != nil {
+		if _, err := g.Seed(ctx, c.sku, stockgate.Config{PerUserLimit: 1, StartsAt: c.start, EndsAt: c.end}, 5, nil, nil, nil, "e"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := g.Reserve(ctx, res(c.sku, "u", 1)); !errors.Is(err, c.want) {
@@ -207,7 +207,7 @@ func TestResyncNeverResells(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Database: 'applied' took 2, 'refused' took nothing; stock 8.
-	got, err := g.Resync(ctx, "s", stockgate.Config{PerUserLimit: 10}, f, 8, map[string]bool{applied.OrderID: false, refused.OrderID: true})
+	got, err := g.Resync(ctx, "s", stockgate.Config{PerUserLimit: 10}, f, 8, map[string]bool{applied.OrderID: false, refused.OrderID: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestExpireKeepsInFlight(t *testing.T) {
 	g, c := newGate(t)
 	ctx := context.Background()
 	now := time.Now()
-	if _, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 1, EndsAt: now.Add(time.Minute)}, 5, nil, nil, "e"); err != nil {
+	if _, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 1, EndsAt: now.Add(time.Minute)}, 5, nil, nil, nil, "e"); err != nil {
 		t.Fatal(err)
 	}
 	r := res("s", "u", 1)
@@ -359,14 +359,14 @@ func TestFenceAndSeed(t *testing.T) {
 		t.Fatalf("in flight while fenced: %+v %v", f, err)
 	}
 	// Rebuild: 10 in the database, a still in flight.
-	ok, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 8, map[string]int64{"u1": 2}, f.Reservations, "e2")
+	ok, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 8, map[string]int64{"u1": 2}, f.Reservations, nil, "e2")
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	if got := avail(t, g, "s"); got != 8 {
 		t.Fatalf("available %d", got)
 	}
-	if ok, _ := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 99, nil, nil, "e3"); ok {
+	if ok, _ := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 99, nil, nil, nil, "e3"); ok {
 		t.Fatal("seeded a loaded sku")
 	}
 	if units, _ := g.Finalize(ctx, "s", []stockgate.Outcome{{OrderID: a.OrderID, Refused: true}}); units != 2 {
@@ -377,5 +377,58 @@ func TestFenceAndSeed(t *testing.T) {
 	}
 	if f, _ := g.ReadInFlight(ctx, "s"); f.Reserved != 3 || !f.Loaded {
 		t.Fatalf("reserved counter went backwards or not loaded: %+v", f)
+	}
+}
+
+// TestRestoreOnce: a release's units and buyer slot come back once, however
+// often the restore runs; a resync that already counted a pending release
+// (the database stock includes it) marks it done instead.
+func TestRestoreOnce(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	seed(t, g, "s", 10, 2)
+	a, b := res("s", "ann", 2), res("s", "bob", 1)
+	for _, r := range []sale.Reservation{a, b} {
+		if _, err := g.Reserve(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.Finalize(ctx, "s", []stockgate.Outcome{{OrderID: a.OrderID}, {OrderID: b.OrderID}}); err != nil {
+		t.Fatal(err)
+	}
+	// a is released: restored three times, counted once.
+	for i := 0; i < 3; i++ {
+		units, err := g.Restore(ctx, "s", []stockgate.Release{{OrderID: a.OrderID, User: "ann", Quantity: 2}})
+		if err != nil || (i == 0) != (units == 2) {
+			t.Fatalf("restore %d: %d units, %v", i, units, err)
+		}
+	}
+	if got := avail(t, g, "s"); got != 9 {
+		t.Fatalf("available %d, want 9", got)
+	}
+	if h, _ := g.Held(ctx, "s", "ann"); h != 0 {
+		t.Fatalf("ann holds %d", h)
+	}
+	// b is released in the database (stock 10 now), its restore still pending:
+	// the resync counts it from the database and marks it done.
+	f, _ := g.ReadInFlight(ctx, "s")
+	rel := []stockgate.Release{{OrderID: b.OrderID, User: "bob", Quantity: 1}}
+	if n, err := g.Resync(ctx, "s", stockgate.Config{PerUserLimit: 2}, f, 10, nil, rel); err != nil || n != 10 {
+		t.Fatalf("resync: %d %v", n, err)
+	}
+	if units, _ := g.Restore(ctx, "s", rel); units != 0 {
+		t.Fatalf("restore after resync gave %d units again", units)
+	}
+	if h, _ := g.Held(ctx, "s", "bob"); h != 0 {
+		t.Fatalf("bob holds %d", h)
+	}
+	if got := avail(t, g, "s"); got != 10 {
+		t.Fatalf("available %d, want 10", got)
+	}
+	if err := g.Fence(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Restore(ctx, "s", []stockgate.Release{{OrderID: "x", User: "u", Quantity: 1}}); !errors.Is(err, sale.ErrNotWarmed) {
+		t.Fatalf("restore on an unloaded sku: %v", err)
 	}
 }

@@ -1,16 +1,19 @@
 -- resync.lua: set a loaded SKU's available units from the database without
 -- re-selling units in flight (the second half of a resync).
 -- The caller read, atomically, the in-flight set R and the reserved counter C1
--- (inflight.lua), then, in one database snapshot, the stock S and which of R
--- the database has processed. Then:
+-- (inflight.lua), then, in one database snapshot, the stock S, which of R
+-- the database has processed, and the releases whose Redis restore is still
+-- pending (S already includes their units). Then:
 --   available = S - (units of R not processed) - (units reserved since C1)
 -- Units reserved after the snapshot may be counted twice (briefly undersold,
--- never oversold); processed entries of R are closed here, so a late finalize
--- cannot give their units back a second time.
--- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox
+-- never oversold); processed entries of R are closed here, and pending
+-- restores are marked done (their buyer slot given back), so that a late
+-- finalize or restore cannot give units back a second time.
+-- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox  KEYS[5] rel
 -- ARGV[1] S  ARGV[2] C1  ARGV[3] units of R not processed
--- ARGV[4] limit  ARGV[5] starts ms  ARGV[6] ends ms
--- ARGV[7..] pairs of (order_id, 'a' applied | 'f' refused) for processed entries of R
+-- ARGV[4] limit  ARGV[5] starts ms  ARGV[6] ends ms  ARGV[7] number P of processed entries
+-- then P pairs (order_id, 'a' applied | 'f' refused) for processed entries of R
+-- then triples (order_id, user, units) of pending restores
 -- Returns {avail} or {-2} if the SKU is not loaded.
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return {-2}
@@ -18,18 +21,29 @@ end
 local cnow = tonumber(redis.call('HGET', KEYS[1], 'reserved')) or 0
 local avail = tonumber(ARGV[1]) - tonumber(ARGV[3]) - (cnow - tonumber(ARGV[2]))
 if avail < 0 then avail = 0 end
-for i = 7, #ARGV, 2 do
+local function release_slot(user, qty)
+  local left = redis.call('HINCRBY', KEYS[2], user, -qty)
+  if left <= 0 then redis.call('HDEL', KEYS[2], user) end
+end
+local i = 8
+for _ = 1, tonumber(ARGV[7]) do
   local id, outcome = ARGV[i], ARGV[i + 1]
   local payload = redis.call('HGET', KEYS[3], id)
   if payload then
     if outcome == 'f' then
       local r = cjson.decode(payload)
-      local left = redis.call('HINCRBY', KEYS[2], r['user_id'], -tonumber(r['quantity']))
-      if left <= 0 then redis.call('HDEL', KEYS[2], r['user_id']) end
+      release_slot(r['user_id'], tonumber(r['quantity']))
     end
     redis.call('HDEL', KEYS[3], id)
   end
   redis.call('ZREM', KEYS[4], id)
+  i = i + 2
+end
+while i + 2 <= #ARGV do
+  if redis.call('SADD', KEYS[5], ARGV[i]) == 1 then
+    release_slot(ARGV[i + 1], tonumber(ARGV[i + 2]))
+  end
+  i = i + 3
 end
 redis.call('HSET', KEYS[1], 'avail', avail, 'limit', ARGV[4], 'starts', ARGV[5], 'ends', ARGV[6])
 return {avail}

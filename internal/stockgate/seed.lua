@@ -3,22 +3,31 @@
 -- the caller resyncs instead. A SKU is loaded when its meta hash has an epoch.
 -- The reserved counter survives (it only ever grows) so that a resync racing
 -- with the seed can never compute from a counter that went backwards.
--- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res
+-- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] rel
 -- ARGV[1] available  ARGV[2] limit  ARGV[3] starts ms  ARGV[4] ends ms  ARGV[5] epoch
--- ARGV[6] number of buyer pairs B
--- ARGV[7 .. 6+2B] pairs of (user, units held: live orders plus reservations in flight)
--- ARGV[7+2B ..] pairs of (order_id, reservation JSON) in flight, to (re)record in res
+-- ARGV[6] number of buyer pairs B   ARGV[7] number of released order ids L
+-- then 2B values: pairs of (user, units held: live orders plus reservations in flight)
+-- then L values: order ids whose release the available count already includes
+--   (recorded in rel, so the pending Redis restore of each is not applied again)
+-- then pairs of (order_id, reservation JSON) in flight, to (re)record in res
 -- Returns 1 if seeded, 0 if it was already loaded.
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 1 then
   return 0
 end
-local b = tonumber(ARGV[6])
+local b, l = tonumber(ARGV[6]), tonumber(ARGV[7])
+local i = 8
 redis.call('DEL', KEYS[2])
-for i = 7, 6 + 2 * b, 2 do
+for _ = 1, b do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  i = i + 2
 end
-for i = 7 + 2 * b, #ARGV, 2 do
+for _ = 1, l do
+  redis.call('SADD', KEYS[4], ARGV[i])
+  i = i + 1
+end
+while i < #ARGV do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  i = i + 2
 end
 redis.call('HSETNX', KEYS[1], 'reserved', 0)
 redis.call('HSET', KEYS[1], 'avail', ARGV[1], 'limit', ARGV[2], 'starts', ARGV[3],

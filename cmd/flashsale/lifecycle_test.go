@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/failpoint"
+	"github.com/flashsale/flashsale/internal/httpapi"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// TestPayRacesTimeout: payment timeout 2 s; 1,000 orders; each order's
+// payment is sent at about its deadline, racing the timer and the sweeper.
+// Every order ends paid (stock kept) or cancelled (stock back once), never
+// both; the payer is told which; nothing is released early; Redis and the
+// database agree once idle; the released units are bought again by others,
+// exactly as many as were released.
+func TestPayRacesTimeout(t *testing.T) {
+	h := newHarness(t, testConfig(t, "external", "FLASHSALE_PAYMENT_TIMEOUT", "2s", "FLASHSALE_SWEEP_EVERY", "300ms"))
+	const n = 1000
+	h.mustPutSKU("pay", n, 1)
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			r := h.buy(fmt.Sprintf("payer-%d", i), "pay", 1, "")
+			if r.Status != http.StatusAccepted {
+				t.Errorf("buy %d: %d %s", i, r.Status, r.Raw)
+			}
+			ids[i] = r.str("order_id")
+		}(i)
+	}
+	wg.Wait()
+	settle(t, h.a, "pay", ids, 30*time.Second)
+
+	// Pay each order at its deadline (expires_at), give or take 100 ms.
+	ctx := context.Background()
+	expiresAt := map[string]time.Time{}
+	rows, err := h.a.store.Pool().Query(ctx, `SELECT order_id, expires_at FROM orders WHERE sku_id = 'pay'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		var e time.Time
+		_ = rows.Scan(&id, &e)
+		expiresAt[id] = e
+	}
+	rows.Close()
+	told := make([]string, n)
+	for i, id := range ids {
+		wg.Add(1)
+		go func(i int, id string) {
+			defer wg.Done()
+			at := expiresAt[id].Add(time.Duration(i%200-100) * time.Millisecond)
+			time.Sleep(time.Until(at))
+			r := h.do(http.MethodPost, "/api/v1/orders/"+id+"/pay", "", "Authorization: Bearer "+userToken(t, fmt.Sprintf("payer-%d", i)))
+			switch {
+			case r.Status == http.StatusOK && r.str("status") == "paid":
+				told[i] = "paid"
+			case r.Status == http.StatusConflict && r.code() == "order_expired":
+				told[i] = "cancelled"
+			default:
+				t.Errorf("pay %s: %d %s", id, r.Status, r.Raw)
+			}
+		}(i, id)
+	}
+	wg.Wait()
+
+	var paid, cancelled int64
+	for i, id := range ids {
+		var status, reason string
+		var cancelledAt *time.Time
+		var transitions, terminal int
+		err := h.a.store.Pool().QueryRow(ctx, `
+SELECT o.status, coalesce(o.cancel_reason, ''), o.cancelled_at,
+       (SELECT count(*) FROM order_transitions x WHERE x.order_id = o.order_id),
+       (SELECT count(*) FROM order_transitions x WHERE x.order_id = o.order_id AND x.to_status IN ('paid','cancelled'))
+FROM orders o WHERE o.order_id = $1`, id).Scan(&status, &reason, &cancelledAt, &transitions, &terminal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if terminal != 1 || transitions != 2 {
+			t.Fatalf("order %s: %d transitions, %d terminal", id, transitions, terminal)
+		}
+		if status != told[i] {
+			t.Fatalf("order %s is %s, its payer was told %s", id, status, told[i])
+		}
+		switch status {
+		case "paid":
+			paid++
+		case "cancelled":
+			cancelled++
+			if reason != "payment_timeout" || cancelledAt.Before(expiresAt[id]) {
+				t.Fatalf("order %s released early or for the wrong cause: %s at %v, deadline %v", id, reason, cancelledAt, expiresAt[id])
+			}
+		}
+	}
+	t.Logf("%d paid, %d cancelled by the timeout", paid, cancelled)
+	if paid == 0 || cancelled == 0 {
+		t.Logf("warning: the race was one-sided (%d paid, %d cancelled)", paid, cancelled)
+	}
+	rep := settle(t, h.a, "pay", ids, 30*time.Second)
+	if rep.DBStock != cancelled || rep.LiveUnits != paid {
+		t.Fatalf("stock %d for %d cancelled, live %d for %d paid", rep.DBStock, cancelled, rep.LiveUnits, paid)
+	}
+
+	// Others buy the released units: exactly as many as were released.
+	var more []string
+	for i := 0; i < int(cancelled)+50; i++ {
+		r := h.buy(fmt.Sprintf("second-%d", i), "pay", 1, "")
+		if r.Status == http.StatusAccepted {
+			more = append(more, r.str("order_id"))
+		} else if r.code() != "sold_out" {
+			t.Fatalf("second buyer: %d %s", r.Status, r.Raw)
+		}
+	}
+	if int64(len(more)) != cancelled {
+		t.Fatalf("%d released units sold again, want %d", len(more), cancelled)
+	}
+	rep = settle(t, h.a, "pay", append(ids, more...), 30*time.Second)
+	if rep.DBStock != 0 {
+		t.Fatalf("after resale: %+v", rep)
+	}
+}
+
+// TestCancelAndQueuedCancel: a user cancels a pending order (stock back in
+// the database and in Redis) and a queued one (cancelled when it lands);
+// another user cannot cancel or pay it; paying a cancelled order is 409.
+func TestCancelAndQueuedCancel(t *testing.T) {
+	ns := testenv.StartNATS(t, "")
+	h := newHarness(t, testConfig(t, "", "FLASHSALE_NATS_URL", ns.URL, "FLASHSALE_PAYMENT_SECRET", "psecret"))
+	h.mustPutSKU("cx", 5, 2)
+	auth := func(u string) string { return "Authorization: Bearer " + userToken(t, u) }
+	a := h.buy("amy", "cx", 2, "")
+	settle(t, h.a, "cx", []string{a.str("order_id")}, 10*time.Second)
+	id := a.str("order_id")
+	if r := h.do(http.MethodPost, "/api/v1/orders/"+id+"/cancel", "", auth("eve")); r.Status != http.StatusNotFound {
+		t.Fatalf("another user cancels: %d %s", r.Status, r.Raw)
+	}
+	if r := h.do(http.MethodPost, "/api/v1/orders/"+id+"/pay", "", auth("eve")); r.Status != http.StatusNotFound {
+		t.Fatalf("another user pays: %d %s", r.Status, r.Raw)
+	}
+	r := h.do(http.MethodPost, "/api/v1/orders/"+id+"/cancel", "", auth("amy"))
+	if r.Status != http.StatusOK || r.str("status") != "cancelled" || r.str("cancel_reason") != "user_cancel" || r.Body["cancelled_at"] == nil {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	if r := h.do(http.MethodPost, "/api/v1/orders/"+id+"/pay", "", auth("amy")); r.Status != http.StatusConflict || r.code() != "order_expired" {
+		t.Fatalf("pay after cancel: %d %s", r.Status, r.Raw)
+	}
+	rep := settle(t, h.a, "cx", []string{id}, 10*time.Second)
+	if rep.DBStock != 5 || rep.RedisAvailable != 5 {
+		t.Fatalf("after cancel: %+v", rep)
+	}
+	// Paid through the provider's signed callback; a bad signature is refused.
+	b := h.buy("bea", "cx", 1, "")
+	settle(t, h.a, "cx", []string{b.str("order_id")}, 10*time.Second)
+	body := `{"order_id":"` + b.str("order_id") + `","payment_ref":"psp-42"}`
+	if r := h.do(http.MethodPost, "/api/v1/payments/callback", body, "X-Flashsale-Signature: sha256=00"); r.Status != http.StatusUnauthorized {
+		t.Fatalf("forged callback: %d %s", r.Status, r.Raw)
+	}
+	sig := httpapi.SignPayment("psecret", []byte(body))
+	for i := 0; i < 2; i++ {
+		if r := h.do(http.MethodPost, "/api/v1/payments/callback", body, "X-Flashsale-Signature: "+sig); r.Status != http.StatusOK || r.str("status") != "paid" {
+			t.Fatalf("callback %d: %d %s", i, r.Status, r.Raw)
+		}
+	}
+	if r := h.do(http.MethodPost, "/api/v1/orders/"+b.str("order_id")+"/cancel", "", auth("bea")); r.code() != "order_paid" {
+		t.Fatalf("cancel a paid order: %d %s", r.Status, r.Raw)
+	}
+
+	// A queued order: the broker is down, so it cannot land yet.
+	ns.Shutdown()
+	q := h.buy("cal", "cx", 1, "")
+	r = h.do(http.MethodPost, "/api/v1/orders/"+q.str("order_id")+"/cancel", "", auth("cal"))
+	if r.Status != http.StatusAccepted || r.str("status") != "queued" {
+		t.Fatalf("cancel a queued order: %d %s", r.Status, r.Raw)
+	}
+	ns.Restart()
+	rep = settle(t, h.a, "cx", []string{q.str("order_id")}, 20*time.Second)
+	o := h.do(http.MethodGet, "/api/v1/orders/"+q.str("order_id"), "", auth("cal"))
+	if o.str("status") != "cancelled" || rep.DBStock != 4 || rep.RedisAvailable != 4 {
+		t.Fatalf("queued cancel landed as %s; %+v", o.Raw, rep)
+	}
+}
+
+// TestKillBetweenReleaseAndRestore: the service dies after a release
+// committed in the database and before the units went back to Redis. After
+// a restart Redis gets them back, once.
+func TestKillBetweenReleaseAndRestore(t *testing.T) {
+	env := procEnv(t)
+	env["FLASHSALE_FAILPOINTS"] = failpoint.ReleaseAfterStatusBeforeRestock + "=exit"
+	p := startProc(t, env)
+	h := procClient(t, p.url)
+	h.mustPutSKU("k", 5, 1)
+	var ids []string
+	for i := 0; i < 5; i++ {
+		ids = append(ids, h.buy(fmt.Sprintf("u%d", i), "k", 1, "").str("order_id"))
+	}
+	chk := newChecker(t, env)
+	deadline := time.Now().Add(20 * time.Second)
+	for chk.check("k", ids, false).LiveOrders != 5 {
+		if time.Now().After(deadline) {
+			t.Fatal("orders did not land")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r := h.do(http.MethodPost, "/api/v1/orders/"+ids[0]+"/cancel", "", "Authorization: Bearer "+userToken(t, "u0"))
+	if r.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("failpoint did not end the process")
+	}
+	if !strings.Contains(p.log(), "failpoint "+failpoint.ReleaseAfterStatusBeforeRestock+" fired") {
+		t.Fatalf("failpoint did not fire:\n%s", p.log())
+	}
+	if rep := chk.check("k", ids, false); rep.DBStock != 1 || rep.RedisAvailable != 0 {
+		t.Fatalf("between release and restore: %+v", rep)
+	}
+	delete(env, "FLASHSALE_FAILPOINTS")
+	startProc(t, env)
+	rep := chk.settle("k", ids, 20*time.Second)
+	time.Sleep(time.Second) // more restorer passes: still once
+	if rep = chk.check("k", ids, true); rep.RedisAvailable != 1 || rep.DBStock != 1 {
+		t.Fatalf("after restart: %+v", rep)
+	}
+}
