@@ -170,6 +170,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.lifecycle = release.New(a.store, a.gate, a.buy, a.isActive, log)
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
 		Lifecycle:     a.lifecycle,
+		Audit:         a.store,
 		PaymentSecret: cfg.PaymentSecret,
 		AdminToken:    cfg.AdminToken,
 		Users:         httpapi.NewUserAuth(cfg.UserTokenSecret),

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,6 +24,11 @@ import (
 type Admin interface {
 	Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, bool, error)
 	Warm(ctx context.Context, id string) (reconcile.WarmResult, error)
+}
+
+// AuditReader pages through a SKU's stock audit trail.
+type AuditReader interface {
+	Audit(ctx context.Context, sku string, after int64, limit int) ([]orderstore.AuditEntry, error)
 }
 
 // Lifecycle is what the payment and cancellation routes need.
@@ -52,6 +58,7 @@ type Config struct {
 	Users       *UserAuth
 	DeadLetters DeadLetters
 	Lifecycle   Lifecycle
+	Audit       AuditReader
 	// PaymentSecret signs payment-provider callbacks (HMAC-SHA256 of the
 	// body); the callback route answers 403 callback_disabled when empty.
 	PaymentSecret string
@@ -96,6 +103,7 @@ func (s *Server) routes() {
 	s.handle("PUT /admin/v1/skus/{sku_id}", s.admin_(s.putSKU))
 	s.handle("POST /admin/v1/skus/{sku_id}/warmup", s.admin_(s.warmup))
 	s.handle("GET /admin/v1/dlq", s.admin_(s.listDLQ))
+	s.handle("GET /admin/v1/skus/{sku_id}/audit", s.admin_(s.listAudit))
 	s.handle("POST /admin/v1/dlq/{seq}/replay", s.admin_(s.dlqAction(true)))
 	s.handle("POST /admin/v1/dlq/{seq}/discard", s.admin_(s.dlqAction(false)))
 	s.handle("GET /api/v1/skus/{sku_id}", s.getSKU)
@@ -182,8 +190,46 @@ func (s *Server) admin_(h handlerFunc) handlerFunc {
 		if err := adminOK(r, s.cfg.AdminToken); err != nil {
 			return err
 		}
-		return h(w, r)
+		ctx := orderstore.WithActor(r.Context(), orderstore.Actor{Name: "admin", SourceIP: peerIP(r)})
+		return h(w, r.WithContext(ctx))
 	}
+}
+
+// peerIP is the address of the client as the audit trail records it.
+func peerIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.Audit == nil {
+		return errNotFound
+	}
+	id := r.PathValue("sku_id")
+	if !sale.ValidSKU(id) {
+		return sale.ErrUnknownSKU
+	}
+	after, err := queryUint(r, "after", 0)
+	if err != nil {
+		return err
+	}
+	limit, err := queryUint(r, "limit", 100)
+	if err != nil || limit < 1 || limit > 1000 {
+		return fmt.Errorf("%w: limit must be 1..1000", sale.ErrInvalid)
+	}
+	es, err := s.cfg.Audit.Audit(r.Context(), id, int64(after), int(limit))
+	if err != nil {
+		return err
+	}
+	next := int64(after)
+	if len(es) > 0 {
+		next = es[len(es)-1].ID
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"entries": es, "next_after": next})
+	return nil
 }
 
 type userKey struct{}
@@ -194,7 +240,9 @@ func (s *Server) user(h handlerFunc) handlerFunc {
 		if err != nil {
 			return err
 		}
-		return h(w, r.WithContext(context.WithValue(r.Context(), userKey{}, u)))
+		ctx := context.WithValue(r.Context(), userKey{}, u)
+		ctx = orderstore.WithActor(ctx, orderstore.Actor{Name: "user:" + u, SourceIP: peerIP(r)})
+		return h(w, r.WithContext(ctx))
 	}
 }
 
@@ -311,7 +359,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
 		qty = *req.Quantity
 	}
 	res, err := s.buy.Buy(r.Context(), purchase.Request{
-		User: userOf(r), SKU: req.SKU, Quantity: qty, IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		User: userOf(r), SKU: req.SKU, Quantity: qty, IdempotencyKey: r.Header.Get("Idempotency-Key"), ClientIP: peerIP(r),
 	})
 	if err != nil {
 		return err

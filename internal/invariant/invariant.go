@@ -28,6 +28,7 @@ type Report struct {
 	RedisAvailable int64
 	InFlight       int64 // units reserved in Redis, not yet applied
 	Outbox         int64
+	AuditSum       int64 // sum of the db deltas in stock_audit
 	Violations     []string
 }
 
@@ -54,6 +55,8 @@ GROUP BY i.sku_id, i.stock, i.total_stock, i.per_user_limit`
 const unloggedSQL = `
 SELECT COUNT(*) FROM orders o WHERE o.sku_id = $1
 AND NOT EXISTS (SELECT 1 FROM process_log p WHERE p.tx_id = o.order_id)`
+
+const auditSumSQL = `SELECT coalesce(sum(delta), 0)::bigint FROM stock_audit WHERE sku_id = $1 AND store = 'db'`
 
 const acceptedSQL = `SELECT COUNT(*), COUNT(DISTINCT order_id) FROM orders WHERE order_id = ANY($1)`
 
@@ -90,6 +93,12 @@ func Check(ctx context.Context, db *pgxpool.Pool, gate *stockgate.Gate, sku stri
 	}
 	if unlogged != 0 {
 		r.failf("I5: %d orders without an idempotency row", unlogged)
+	}
+	if err := db.QueryRow(ctx, auditSumSQL, sku).Scan(&r.AuditSum); err != nil {
+		return r, fmt.Errorf("invariant: %w", err)
+	}
+	if idle && r.AuditSum != r.DBStock {
+		r.failf("audit: db deltas sum to %d, database stock is %d", r.AuditSum, r.DBStock)
 	}
 	if accepted != nil {
 		var rows, distinct int64

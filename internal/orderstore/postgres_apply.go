@@ -124,6 +124,7 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 	isNew := make(map[string]bool, len(uniq))
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(markAuditedSQL) // this transaction writes its own stock_audit rows
 	b.Queue(insertProcessLogSQL, ids, skus).Query(func(rows pgx.Rows) error {
 		var id string
 		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { isNew[id] = true; return nil })
@@ -266,6 +267,13 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 		}
 		queueTransitions(b, ts)
 		queueRestores(b, restores)
+		var audit []auditRow
+		for i, r := range fresh {
+			if decided[i].Status == sale.StatusPendingPayment {
+				audit = append(audit, auditRow{sku: r.SKU, delta: -r.Quantity, reason: AuditApplied, orderID: r.OrderID, actor: "user:" + r.User, ip: r.ClientIP})
+			}
+		}
+		queueAudit(b, audit)
 		if len(cancelledIDs) > 0 {
 			b.Queue(deleteCancelRequestsSQL, cancelledIDs)
 		}

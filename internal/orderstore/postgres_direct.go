@@ -100,6 +100,7 @@ func (s *Store) buyDirect(ctx context.Context, r sale.Reservation, now time.Time
 	)
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(markAuditedSQL) // this transaction writes its own stock_audit rows
 	b.Queue(insertOneProcessLogSQL, r.OrderID, r.SKU).Exec(func(ct pgconn.CommandTag) error {
 		inserted = ct.RowsAffected() == 1
 		return nil
@@ -166,6 +167,7 @@ func (s *Store) buyDirect(ctx context.Context, r sale.Reservation, now time.Time
 			return err
 		})
 	queueTransitions(b, []transition{{r: r, to: sale.StatusPendingPayment, cause: causeDirect, at: now}})
+	queueAudit(b, []auditRow{{sku: r.SKU, delta: -r.Quantity, reason: AuditDirectSale, orderID: r.OrderID, actor: "user:" + r.User, ip: r.ClientIP}})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return sale.Order{}, false, fmt.Errorf("take stock and insert order: %w", err)
 	}

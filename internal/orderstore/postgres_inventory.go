@@ -50,6 +50,7 @@ func (s *Store) PutSKU(ctx context.Context, c SKUChange) (sku sale.SKU, delta in
 	// for a concurrent creator to commit) and the row is there to lock.
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	b.Queue(markAuditedSQL)
 	b.Queue(insertSKUSQL, c.ID, c.TotalStock, c.PerUserLimit, startsAt, endsAt).QueryRow(func(row pgx.Row) error {
 		inserted, err := scanSKU(row)
 		switch {
@@ -83,6 +84,21 @@ func (s *Store) PutSKU(ctx context.Context, c SKUChange) (sku sale.SKU, delta in
 		sku, err = scanSKU(tx.QueryRow(ctx, updateSKUSQL, c.ID, delta, c.TotalStock, c.PerUserLimit, startsAt, endsAt))
 		if err != nil {
 			return sale.SKU{}, 0, false, fmt.Errorf("orderstore: put sku %s: update: %w", c.ID, err)
+		}
+	}
+	if delta != 0 {
+		a := actorOf(ctx)
+		reason := AuditRestock
+		switch {
+		case created:
+			reason = AuditSKUCreated
+		case delta < 0:
+			reason = AuditReduce
+		}
+		ab := &pgx.Batch{}
+		queueAudit(ab, []auditRow{{sku: c.ID, delta: delta, reason: reason, actor: a.Name, ip: a.SourceIP}})
+		if err := tx.SendBatch(ctx, ab).Close(); err != nil {
+			return sale.SKU{}, 0, false, fmt.Errorf("orderstore: put sku %s: audit: %w", c.ID, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -205,6 +205,8 @@ func (s *Store) release(ctx context.Context, id, user, cause string, now time.Ti
 		return sale.Order{}, false, fmt.Errorf("orderstore: release %s: %w", id, err)
 	}
 	b := &pgx.Batch{}
+	a := actorOf(ctx)
+	queueAudit(b, []auditRow{{sku: o.SKU, delta: o.Quantity, reason: AuditRelease + ":" + cause, orderID: o.ID, actor: a.Name, ip: a.SourceIP}})
 	b.Queue(giveStockSQL, o.SKU, o.Quantity)
 	queueRestores(b, []Restore{{OrderID: o.ID, SKU: o.SKU, User: o.User, Quantity: o.Quantity}})
 	queueTransitions(b, []transition{{r: orderRes(o), from: sale.StatusPendingPayment, to: sale.StatusCancelled, cause: cause, at: now}})
@@ -262,6 +264,11 @@ func (s *Store) ExpireDue(ctx context.Context, now time.Time, limit int) ([]Rest
 			from: sale.StatusPendingPayment, to: sale.StatusCancelled, cause: sale.CancelPaymentTimeout, at: now}
 	}
 	b := &pgx.Batch{}
+	audit := make([]auditRow, len(out))
+	for i, r := range out {
+		audit[i] = auditRow{sku: r.SKU, delta: r.Quantity, reason: AuditRelease + ":" + sale.CancelPaymentTimeout, orderID: r.OrderID, actor: "system:sweeper"}
+	}
+	queueAudit(b, audit)
 	for _, sku := range slices.Sorted(maps.Keys(give)) {
 		b.Queue(giveStockSQL, sku, give[sku])
 	}

@@ -113,6 +113,8 @@ type Request struct {
 	SKU            string
 	Quantity       int64
 	IdempotencyKey string
+	// ClientIP is recorded in the audit trail.
+	ClientIP string
 }
 
 // Result is an accepted purchase.
@@ -169,6 +171,7 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		Quantity:       req.Quantity,
 		AcceptedAt:     now.UnixMilli(),
 		IdempotencyKey: req.IdempotencyKey,
+		ClientIP:       req.ClientIP,
 	}
 	if s.seller != nil {
 		o, dup, err := s.seller.BuyDirect(ctx, r, now)

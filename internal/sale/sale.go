@@ -87,6 +87,8 @@ type Reservation struct {
 	AcceptedAt int64 `json:"accepted_at"`
 	// IdempotencyKey is the client's Idempotency-Key, if any.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// ClientIP is the buyer's address as the API saw it (for the audit trail).
+	ClientIP string `json:"client_ip,omitempty"`
 }
 
 // Validate reports whether r is well formed (a message that fails it can never be applied).
