@@ -41,6 +41,9 @@ type config struct {
 	PaymentTimeout  time.Duration
 	PaymentSecret   string
 	SweepEvery      time.Duration
+	ReconcileEvery  time.Duration
+	ReconcileLimit  int
+	AlertWebhook    string
 	Failpoints      string
 	LogLevel        string
 	LogFormat       string
@@ -138,6 +141,9 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.PaymentTimeout, "payment-timeout", "FLASHSALE_PAYMENT_TIMEOUT", 15*time.Minute, "an unpaid order is cancelled and its stock released this long after it was accepted")
 	e.str(&c.PaymentSecret, "payment-secret", "FLASHSALE_PAYMENT_SECRET", "", "HMAC-SHA256 secret of payment-provider callbacks (callback route disabled when empty)")
 	e.dur(&c.SweepEvery, "sweep-every", "FLASHSALE_SWEEP_EVERY", 5*time.Second, "period of the database sweeper that releases overdue orders (safety net of the delayed trigger)")
+	e.dur(&c.ReconcileEvery, "reconcile-every", "FLASHSALE_RECONCILE_EVERY", 5*time.Minute, "period of the reconciler (one instance at a time, under a lease)")
+	e.int(&c.ReconcileLimit, "reconcile-threshold", "FLASHSALE_RECONCILE_THRESHOLD", 2, "largest drift (units, seen twice) the reconciler corrects itself; above it alerts and leaves Redis alone")
+	e.str(&c.AlertWebhook, "alert-webhook-url", "FLASHSALE_ALERT_WEBHOOK_URL", "", "URL that receives reconcile alerts as JSON POSTs (optional)")
 	e.str(&c.Failpoints, "failpoints", "FLASHSALE_FAILPOINTS", "", "crash sites for fault tests only (name=exit|hang,...)")
 	e.str(&c.LogLevel, "log-level", "FLASHSALE_LOG_LEVEL", "info", "debug, info, warn or error")
 	e.str(&c.LogFormat, "log-format", "FLASHSALE_LOG_FORMAT", "text", "text or json")
@@ -170,6 +176,10 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, fmt.Errorf("payment-timeout must be at least 1s")
 	case c.SweepEvery <= 0:
 		return c, fmt.Errorf("sweep-every must be positive")
+	case c.ReconcileEvery <= 0:
+		return c, fmt.Errorf("reconcile-every must be positive")
+	case c.ReconcileLimit < 0:
+		return c, fmt.Errorf("reconcile-threshold must be 0 or more")
 	}
 	if _, err := c.backoff(); err != nil {
 		return c, err

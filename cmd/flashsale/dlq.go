@@ -19,12 +19,7 @@ import (
 func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dlq", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	def := getenv("FLASHSALE_URL")
-	if def == "" {
-		def = "http://127.0.0.1:8080"
-	}
-	url := fs.String("url", def, "base URL of a running flashsale ($FLASHSALE_URL)")
-	token := fs.String("admin-token", getenv("FLASHSALE_ADMIN_TOKEN"), "admin token ($FLASHSALE_ADMIN_TOKEN)")
+	url, token := adminFlags(fs, getenv)
 	asJSON := fs.Bool("json", false, "print the API's JSON")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: flashsale dlq [flags] list | replay SEQ | discard SEQ")
@@ -51,24 +46,9 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 		fs.Usage()
 		return errUsage
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(*url, "/")+path, nil)
+	body, err := adminRequest(ctx, *url, *token, method, path)
 	if err != nil {
 		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+*token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	if *asJSON || rest[0] != "list" {
 		_, err = stdout.Write(body)
@@ -96,4 +76,40 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	tw.Flush()
 	fmt.Fprintf(stdout, "%d dead letter(s)\n", list.Count)
 	return nil
+}
+
+// adminRequest calls a running instance's admin API and returns the body of
+// a 200 answer; any other answer is an error quoting the API's error.
+func adminRequest(ctx context.Context, base, token, method, path string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(base, "/")+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// adminFlags are the flags of subcommands that talk to the admin API.
+func adminFlags(fs *flag.FlagSet, getenv func(string) string) (url, token *string) {
+	def := getenv("FLASHSALE_URL")
+	if def == "" {
+		def = "http://127.0.0.1:8080"
+	}
+	url = fs.String("url", def, "base URL of a running flashsale ($FLASHSALE_URL)")
+	token = fs.String("admin-token", getenv("FLASHSALE_ADMIN_TOKEN"), "admin token ($FLASHSALE_ADMIN_TOKEN)")
+	return url, token
 }

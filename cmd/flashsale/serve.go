@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -71,21 +72,22 @@ func newLogger(cfg config, w io.Writer) (*slog.Logger, error) {
 
 // app is one running instance: every component wired, workers started.
 type app struct {
-	cfg       config
-	log       *slog.Logger
-	store     *orderstore.Store
-	redis     rueidis.Client
-	embedded  *orderqueue.Embedded
-	nc        *nats.Conn
-	queue     *orderqueue.Queue
-	gate      *stockgate.Gate
-	relay     *relay.Relay
-	buy       *purchase.Service
-	catalog   *purchase.Catalog
-	lifecycle *release.Service
-	sync      *reconcile.Syncer
-	metrics   *metrics.Metrics
-	handler   http.Handler
+	cfg        config
+	log        *slog.Logger
+	store      *orderstore.Store
+	redis      rueidis.Client
+	embedded   *orderqueue.Embedded
+	nc         *nats.Conn
+	queue      *orderqueue.Queue
+	gate       *stockgate.Gate
+	relay      *relay.Relay
+	buy        *purchase.Service
+	catalog    *purchase.Catalog
+	lifecycle  *release.Service
+	reconciler *reconcile.Reconciler
+	sync       *reconcile.Syncer
+	metrics    *metrics.Metrics
+	handler    http.Handler
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -168,9 +170,13 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	}
 
 	a.lifecycle = release.New(a.store, a.gate, a.buy, a.isActive, log)
+	a.reconciler = reconcile.NewReconciler(a.sync, a.store, int64(cfg.ReconcileLimit), cfg.AlertWebhook, log, a.metrics)
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
-		Lifecycle:     a.lifecycle,
-		Audit:         a.store,
+		Lifecycle: a.lifecycle,
+		Audit:     a.store,
+		Reconcile: func(ctx context.Context) (any, error) {
+			return a.reconciler.RunOnce(ctx, a.activeSKUs(), time.Now())
+		},
 		PaymentSecret: cfg.PaymentSecret,
 		AdminToken:    cfg.AdminToken,
 		Users:         httpapi.NewUserAuth(cfg.UserTokenSecret),
@@ -201,6 +207,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() { monitor.Run(wctx, cfg.MonitorEvery) })
 	a.goRun(func() { a.lifecycle.RunRestorer(wctx, 500*time.Millisecond) })
 	a.goRun(func() { a.lifecycle.RunSweeper(wctx, cfg.SweepEvery) })
+	a.goRun(func() { a.reconciler.Run(wctx, cfg.ReconcileEvery, a.gate, instanceID(), a.activeSKUs) })
 	timer := release.NewTimer(a.lifecycle, cfg.PaymentTimeout)
 	a.goRun(func() { timer.Run(wctx, a.queue.ExpiryConsumer()) })
 	return a, nil
@@ -252,6 +259,12 @@ func (a *app) activeSKUs() []string {
 		}
 	}
 	return out
+}
+
+// instanceID names this process for leases: host, pid and a random suffix.
+func instanceID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))
 }
 
 // isActive reports whether sku's sale has not ended.

@@ -59,6 +59,8 @@ type Config struct {
 	DeadLetters DeadLetters
 	Lifecycle   Lifecycle
 	Audit       AuditReader
+	// Reconcile, if set, runs one reconcile pass for POST /admin/v1/reconcile.
+	Reconcile func(ctx context.Context) (any, error)
 	// PaymentSecret signs payment-provider callbacks (HMAC-SHA256 of the
 	// body); the callback route answers 403 callback_disabled when empty.
 	PaymentSecret string
@@ -104,6 +106,16 @@ func (s *Server) routes() {
 	s.handle("POST /admin/v1/skus/{sku_id}/warmup", s.admin_(s.warmup))
 	s.handle("GET /admin/v1/dlq", s.admin_(s.listDLQ))
 	s.handle("GET /admin/v1/skus/{sku_id}/audit", s.admin_(s.listAudit))
+	if s.cfg.Reconcile != nil {
+		s.handle("POST /admin/v1/reconcile", s.admin_(func(w http.ResponseWriter, r *http.Request) error {
+			rep, err := s.cfg.Reconcile(r.Context())
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, rep)
+			return nil
+		}))
+	}
 	s.handle("POST /admin/v1/dlq/{seq}/replay", s.admin_(s.dlqAction(true)))
 	s.handle("POST /admin/v1/dlq/{seq}/discard", s.admin_(s.dlqAction(false)))
 	s.handle("GET /api/v1/skus/{sku_id}", s.getSKU)

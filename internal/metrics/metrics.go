@@ -23,6 +23,8 @@ type Metrics struct {
 	deadLetters  prometheus.Counter
 	breaker      *prometheus.GaugeVec
 	breakerTrans *prometheus.CounterVec
+	drift        *prometheus.GaugeVec
+	alerts       prometheus.Counter
 }
 
 // New registers the metrics on a fresh registry (plus Go and process collectors).
@@ -62,7 +64,13 @@ func New() *Metrics {
 	m.breakerTrans = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashsale_breaker_transitions_total", Help: "Redis circuit breaker state changes, by new state.",
 	}, []string{"to"})
-	r.MustRegister(m.deadLetters, m.breaker, m.breakerTrans)
+	m.drift = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "flashsale_reconcile_drift_units", Help: "Units of Redis/database difference that in-flight work does not explain, at the last reconcile pass.",
+	}, []string{"sku_id"})
+	m.alerts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_reconcile_alerts_total", Help: "Reconcile passes that found a large drift and left it for an operator.",
+	})
+	r.MustRegister(m.deadLetters, m.breaker, m.breakerTrans, m.drift, m.alerts)
 	r.MustRegister(m.purchases, m.httpDuration, m.batchSize, m.batchTime, m.applied, m.batchErrors)
 	return m
 }
@@ -102,3 +110,9 @@ func (m *Metrics) BreakerState(state string) {
 	}
 	m.breakerTrans.WithLabelValues(state).Inc()
 }
+
+// Drift records the drift of sku at the last reconcile pass.
+func (m *Metrics) Drift(sku string, units int64) { m.drift.WithLabelValues(sku).Set(float64(units)) }
+
+// ReconcileAlert counts one reconcile alert.
+func (m *Metrics) ReconcileAlert() { m.alerts.Inc() }

@@ -1,0 +1,35 @@
+package stockgate
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+var releaseLua = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+// Acquire takes the lease name for owner for ttl (renewing it if owner holds
+// it). It reports whether owner holds it now.
+func (g *Gate) Acquire(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+	key := g.prefix + ":lease:" + name
+	err := g.c.Do(ctx, g.c.B().Set().Key(key).Value(owner).Nx().Px(ttl).Build()).Error()
+	if err == nil {
+		return true, nil
+	}
+	if !rueidis.IsRedisNil(err) {
+		return false, err
+	}
+	cur, err := g.c.Do(ctx, g.c.B().Get().Key(key).Build()).ToString()
+	if err != nil || cur != owner {
+		return false, nil
+	}
+	return true, g.c.Do(ctx, g.c.B().Pexpire().Key(key).Milliseconds(ttl.Milliseconds()).Build()).Error()
+}
+
+// Release gives the lease up if owner holds it.
+func (g *Gate) Release(ctx context.Context, name, owner string) error {
+	return releaseLua.Exec(ctx, g.c, []string{g.prefix + ":lease:" + name}, []string{owner}).Error()
+}
