@@ -9,7 +9,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        ?= ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-short vet lint bench run ci
+.PHONY: help build test test-short vet lint alerts bench run ci
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -17,8 +17,9 @@ help: ## List the targets
 build: ## Build bin/flashsale
 	$(GO) build -o bin/flashsale ./cmd/flashsale
 
-test: ## Ensure PostgreSQL and Redis, then run all tests with -race (missing services fail)
+test: ## Ensure services and tools, check the alert rules, then run all tests with -race (missing services fail)
 	scripts/ensure-services.sh
+	$(MAKE) alerts
 	FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 test-short: ## Quick tests (-short); tests whose service is missing skip
@@ -32,6 +33,10 @@ vet: ## gofmt check (fails if any file needs formatting) and go vet
 lint: vet ## vet, then staticcheck (pinned; first build takes about 2 minutes)
 	$(GO) run $(STATICCHECK) $(PKGS)
 
+alerts: ## Check and unit-test the Prometheus alert rules (promtool)
+	promtool check rules deploy/prometheus/alerts.yml
+	cd deploy/prometheus && promtool test rules alerts_test.yml
+
 bench: ## Run every benchmark once (-benchtime 1x)
 	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
 
@@ -43,3 +48,14 @@ ci: ## What CI runs: vet, test, bench once
 	$(MAKE) vet
 	$(MAKE) test
 	$(MAKE) bench
+
+FUZZTIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (10s) each; new failing inputs land in testdata/fuzz
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done

@@ -252,7 +252,21 @@ ensure_mariadb() {
 		die "MariaDB did not answer on 127.0.0.1:$MARIADB_PORT within ${ENSURE_SERVICES_TIMEOUT}s"
 }
 
+# ensure_tools installs the command-line tools the tests use: promtool (alert
+# rules) and chromium (the dashboard's browser tests).
+ensure_tools() {
+	local missing=()
+	command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+	command -v chromium >/dev/null 2>&1 || [[ -x /usr/bin/chromium ]] || missing+=(chromium)
+	if ((${#missing[@]} > 0)); then
+		take_lock
+		apt_install "${missing[@]}"
+	fi
+	log "tools ready: promtool, chromium"
+}
+
 main() {
+	ensure_tools
 	ensure_postgres
 	ensure_redis
 	if [[ ${ENSURE_MARIADB:-} == 1 ]]; then

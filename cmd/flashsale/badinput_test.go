@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -68,6 +70,24 @@ func signed(t *testing.T, secret string, claims jwt.MapClaims) string {
 	return tok
 }
 
+func signedWith(t *testing.T, m jwt.SigningMethod, secret string, claims jwt.MapClaims) string {
+	tok, err := jwt.NewWithClaims(m, claims).SignedString([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// lyingAlg returns a token whose header names alg but whose signature is
+// HMAC-SHA256 with secret (an algorithm-confusion forgery).
+func lyingAlg(secret, alg, claims string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	body := enc([]byte(`{"alg":"`+alg+`","typ":"JWT"}`)) + "." + enc([]byte(claims))
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(body))
+	return body + "." + enc(m.Sum(nil))
+}
+
 // TestBadInputChangesNothing: every kind of bad request gets its 4xx with a
 // machine-readable code, and leaves Redis and PostgreSQL exactly as they were.
 func TestBadInputChangesNothing(t *testing.T) {
@@ -83,9 +103,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		t.Fatal(r.Raw)
 	}
 	// One real purchase so the state is not trivially empty.
-	if r := h.buy("alice", "s", 1, "k1"); r.Status != http.StatusAccepted {
-		t.Fatal(r.Raw)
+	first := h.buy("alice", "s", 1, "k1")
+	if first.Status != http.StatusAccepted {
+		t.Fatal(first.Raw)
 	}
+	alices := "/api/v1/orders/" + first.str("order_id")
 	settle(t, h.a, "s", nil, 20*time.Second)
 	before := snapshot(t, h, "s", "later", "over")
 
@@ -143,6 +165,27 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"admin bad sku id", "PUT", "/admin/v1/skus/a.b", `{"stock":5,"per_user_limit":2}`, []string{"Authorization: Bearer " + testAdmin}, 400, "invalid_request"},
 		{"admin reduce below sold", "PUT", "/admin/v1/skus/s", `{"stock":0,"per_user_limit":2}`, []string{"Authorization: Bearer " + testAdmin}, 409, "stock_conflict"},
 		{"warmup unknown sku", "POST", "/admin/v1/skus/nope/warmup", ``, []string{"Authorization: Bearer " + testAdmin}, 404, "unknown_sku"},
+		{"duplicate key", "POST", "/api/v1/orders", `{"sku_id":"s","sku_id":"nope","quantity":1}`, []string{auth}, 400, "invalid_request"},
+		{"case-folded duplicate key", "POST", "/api/v1/orders", `{"sku_id":"s","SKU_ID":"s","quantity":1}`, []string{auth}, 400, "invalid_request"},
+		{"null body", "POST", "/api/v1/orders", `null`, []string{auth}, 400, "invalid_request"},
+		{"empty json body", "POST", "/api/v1/orders", ``, []string{auth, "Content-Type: application/json"}, 400, "invalid_request"},
+		{"NaN quantity", "POST", "/api/v1/orders", `{"sku_id":"s","quantity":NaN}`, []string{auth}, 400, "invalid_request"},
+		{"object quantity", "POST", "/api/v1/orders", `{"sku_id":"s","quantity":{}}`, []string{auth}, 400, "invalid_request"},
+		{"sku id too long", "POST", "/api/v1/orders", `{"sku_id":"` + strings.Repeat("s", 65) + `","quantity":1}`, []string{auth}, 400, "invalid_request"},
+		{"full-width sku id", "POST", "/api/v1/orders", `{"sku_id":"ｓ","quantity":1}`, []string{auth}, 400, "invalid_request"},
+		{"invalid utf-8 sku id", "POST", "/api/v1/orders", "{\"sku_id\":\"s\xff\",\"quantity\":1}", []string{auth}, 400, "invalid_request"},
+		{"json-like content type", "POST", "/api/v1/orders", `{"sku_id":"s","quantity":1}`, []string{auth, "Content-Type: application/json-patch+json"}, 415, "unsupported_media_type"},
+		{"idempotency key with a space", "POST", "/api/v1/orders", `{"sku_id":"s","quantity":1}`, []string{auth, "Idempotency-Key: a b"}, 400, "invalid_request"},
+		{"user header without a gateway", "POST", "/api/v1/orders", `{"sku_id":"s","quantity":1}`, []string{"X-User-Id: alice"}, 401, "unauthenticated"},
+		{"HS384 token", "POST", "/api/v1/orders", `{"sku_id":"s","quantity":1}`, []string{"Authorization: Bearer " + signedWith(t, jwt.SigningMethodHS384, testSecret, jwt.MapClaims{"sub": "bob", "exp": exp})}, 401, "unauthenticated"},
+		{"RS256 header, HMAC signature", "POST", "/api/v1/orders", `{"sku_id":"s","quantity":1}`, []string{"Authorization: Bearer " + lyingAlg(testSecret, "RS256", fmt.Sprintf(`{"sub":"bob","exp":%d}`, exp))}, 401, "unauthenticated"},
+		{"token signed with the admin token", "POST", "/api/v1/orders", `{"sku_id":"s","quantity":1}`, []string{"Authorization: Bearer " + signed(t, testAdmin, jwt.MapClaims{"sub": "bob", "exp": exp})}, 401, "unauthenticated"},
+		{"token in the query string", "POST", "/api/v1/orders?access_token=" + userToken(t, "bob"), `{"sku_id":"s","quantity":1}`, nil, 401, "unauthenticated"},
+		{"read another's order", "GET", alices, ``, []string{auth}, 404, "order_not_found"},
+		{"cancel another's order", "POST", alices + "/cancel", ``, []string{auth}, 404, "order_not_found"},
+		{"pay another's order", "POST", alices + "/pay", ``, []string{auth}, 404, "order_not_found"},
+		{"cancel a malformed order id", "POST", "/api/v1/orders/not-an-id/cancel", ``, []string{auth}, 404, "order_not_found"},
+		{"sku view with an odd id", "GET", "/api/v1/skus/s%27%20OR%201=1", ``, nil, 404, "unknown_sku"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -47,6 +47,12 @@ type config struct {
 	Failpoints      string
 	LogLevel        string
 	LogFormat       string
+
+	// PurchaseStrategy is pipeline or a comparison strategy (flashsale bench).
+	PurchaseStrategy string
+
+	// Protect is the rate limits, sold-out flag and trusted proxies (protect.go).
+	Protect protectConfig
 }
 
 type envFlags struct {
@@ -145,6 +151,8 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.int(&c.ReconcileLimit, "reconcile-threshold", "FLASHSALE_RECONCILE_THRESHOLD", 2, "largest drift (units, seen twice) the reconciler corrects itself; above it alerts and leaves Redis alone")
 	e.str(&c.AlertWebhook, "alert-webhook-url", "FLASHSALE_ALERT_WEBHOOK_URL", "", "URL that receives reconcile alerts as JSON POSTs (optional)")
 	e.str(&c.Failpoints, "failpoints", "FLASHSALE_FAILPOINTS", "", "crash sites for fault tests only (name=exit|hang,...)")
+	e.str(&c.PurchaseStrategy, "purchase-strategy", "FLASHSALE_PURCHASE_STRATEGY", "pipeline", "pipeline, or a comparison strategy selling straight from the database: db-conditional, db-pessimistic, db-optimistic, redis-lock")
+	c.Protect.flags(e)
 	e.str(&c.LogLevel, "log-level", "FLASHSALE_LOG_LEVEL", "info", "debug, info, warn or error")
 	e.str(&c.LogFormat, "log-format", "FLASHSALE_LOG_FORMAT", "text", "text or json")
 	if extra != nil {
@@ -183,6 +191,12 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	}
 	if _, err := c.backoff(); err != nil {
 		return c, err
+	}
+	if err := c.Protect.check(); err != nil {
+		return c, err
+	}
+	if err := validStrategy(c.PurchaseStrategy); err != nil {
+		return c, fmt.Errorf("purchase-strategy: %w", err)
 	}
 	return c, nil
 }

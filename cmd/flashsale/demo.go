@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -65,18 +66,21 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	go func() { served <- a.serve(sctx, ln) }()
 	base := "http://" + ln.Addr().String()
 
-	err = demoSale(ctx, a, base, cfg, buyers, stock, conc, stdout)
+	sku := fmt.Sprintf("demo-%d", time.Now().Unix())
+	err = demoSale(ctx, a, base, cfg, sku, buyers, stock, conc, stdout)
 	if err != nil || exit {
 		stop()
 		<-served
 		return err
 	}
+	go demoTrickle(sctx, base, cfg, sku, stock)
+	fmt.Fprintf(stdout, "\nDashboard: %s/dashboard/  (admin token: %s)\n", base, cfg.AdminToken)
+	fmt.Fprintln(stdout, "A trickle of buyers keeps the sale moving (6 units restocked every 3 s, for up to an hour).")
 	fmt.Fprintln(stdout, "\nflashsale keeps serving; press Ctrl-C to stop.")
 	return <-served
 }
 
-func demoSale(ctx context.Context, a *app, base string, cfg config, buyers, stock, conc int, out io.Writer) error {
-	sku := fmt.Sprintf("demo-%d", time.Now().Unix())
+func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, buyers, stock, conc int, out io.Writer) error {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
 	body := fmt.Sprintf(`{"stock":%d,"per_user_limit":1}`, stock)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/admin/v1/skus/"+sku, bytes.NewBufferString(body))
@@ -213,4 +217,39 @@ func randomHex(n int) string {
 		panic(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// demoTrickle keeps the demo sale moving after its burst, so the dashboard
+// has something to show: 6 more units every 3 s, and buyers arriving in
+// waves (from under one to four a second, one in five clicking again into
+// the per-user limit), so the stock builds up and sells out in turn. It
+// stops with ctx or after an hour.
+func demoTrickle(ctx context.Context, base string, cfg config, sku string, stock int) {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	start := time.Now()
+	restocked := start
+	tok := ""
+	for i := 0; time.Since(start) < time.Hour; i++ {
+		wave := 1 + 0.7*math.Sin(2*math.Pi*time.Since(start).Seconds()/40)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(float64(400*time.Millisecond) / wave)):
+		}
+		if time.Since(restocked) >= 3*time.Second {
+			restocked = time.Now()
+			stock += 6
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/admin/v1/skus/"+sku,
+				bytes.NewBufferString(fmt.Sprintf(`{"stock":%d,"per_user_limit":1}`, stock)))
+			req.Header.Set("Authorization", "Bearer "+cfg.AdminToken)
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := hc.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+		if i%5 != 4 {
+			tok, _ = httpapi.Sign(cfg.UserTokenSecret, fmt.Sprintf("demo-trickle-%d", i), time.Hour)
+		}
+		demoBuy(ctx, hc, base, tok, sku)
+	}
 }

@@ -36,6 +36,7 @@ func commands() []command {
 		{"serve", "run the service: HTTP API, relay, consumer (all configuration by flags or FLASHSALE_* variables)", runServe},
 		{"migrate", "apply database migrations and exit", runMigrate},
 		{"demo", "run the service with a sale in progress: creates a SKU, sends buyers, checks the result", runDemo},
+		{"bench", "load test: strategies compared under the same scenario, with baselines, drain and invariant checks", runBench},
 		{"reconcile", "run one reconcile pass (Redis vs database) on a running instance and print the report", runReconcile},
 		{"dlq", "list, replay or discard dead letters through a running instance's admin API", runDLQ},
 		{"token", "print a user token (JWT, HS256) signed with FLASHSALE_USER_TOKEN_SECRET", runToken},

@@ -18,7 +18,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/flashsale/flashsale/internal/apply"
+	"github.com/flashsale/flashsale/internal/dashboard"
 	"github.com/flashsale/flashsale/internal/deadletter"
+	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/failpoint"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/metrics"
@@ -136,6 +138,9 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if a.queue, err = orderqueue.Open(octx, a.nc, orderqueue.Config{AckWait: cfg.AckWait}); err != nil {
 		return nil, err
 	}
+	if err = a.queue.EnsureEventStream(octx, orderqueue.Config{}); err != nil {
+		return nil, err
+	}
 
 	a.relay = relay.New(a.gate, a.queue, log, relay.Config{Grace: cfg.RelayGrace})
 	cat := purchase.NewCatalog(a.store)
@@ -144,18 +149,26 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	}
 	a.sync = reconcile.NewSyncer(a.store, a.gate, a.queue, log)
 	a.catalog = cat
+	ann := announcer{a.nc, log}
 	deps := purchase.Deps{
-		Catalog: cat, Gate: timeoutGate{a.gate, cfg.RedisTimeout}, Relay: a.relay, Orders: a.store,
+		Catalog: cat, Gate: timeoutGate{a.gate, cfg.RedisTimeout, a.metrics}, Relay: a.relay, Orders: a.store,
 		Loader: a.sync, RebuildAll: a.rebuildAll, Log: log, Observer: a.metrics, Breaker: a.metrics,
 		StreamAck: cfg.StreamAck,
+		Limits:    cfg.Protect.limits(), Announcer: ann,
 	}
 	if cfg.FallbackConc > 0 {
 		deps.Direct = a.store
+	}
+	if deps.Seller, err = sellerFor(a); err != nil {
+		return nil, err
 	}
 	a.buy = purchase.New(deps, purchase.BreakerConfig{
 		Window: cfg.BreakerWindow, FailureRatio: cfg.BreakerRatio, MinRequests: uint32(cfg.BreakerMinReqs),
 		OpenFor: cfg.BreakerOpenFor, FallbackConcurrency: cfg.FallbackConc, Disabled: cfg.FallbackConc == 0,
 	})
+	if _, err = subscribeNotices(a.nc, a.buy, log); err != nil {
+		return nil, fmt.Errorf("nats: catalog notices: %w", err)
+	}
 
 	// Load every sale that is not over into Redis (a no-op resync for those
 	// already there), so a restarted or fresh Redis is never sold against stale.
@@ -169,7 +182,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		log.Warn("redis monitor", "err", err)
 	}
 
-	a.lifecycle = release.New(a.store, a.gate, a.buy, a.isActive, log)
+	a.lifecycle = release.New(a.store, announcingGate{a.gate, ann}, a.buy, a.isActive, log)
 	a.reconciler = reconcile.NewReconciler(a.sync, a.store, int64(cfg.ReconcileLimit), cfg.AlertWebhook, log, a.metrics)
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
 		Lifecycle: a.lifecycle,
@@ -179,9 +192,13 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		},
 		PaymentSecret: cfg.PaymentSecret,
 		AdminToken:    cfg.AdminToken,
-		Users:         httpapi.NewUserAuth(cfg.UserTokenSecret),
+		Users:         httpapi.NewUserAuth(cfg.UserTokenSecret).WithGateway(cfg.Protect.GatewayHeader, cfg.Protect.proxies()),
+		Limiter:       cfg.Protect.limiter(),
+		Proxies:       cfg.Protect.proxies(),
 		DeadLetters:   deadletter.New(a.queue, a.store, a.gate),
 		Breaker:       a.buy.BreakerState,
+		Dashboard:     dashboard.Handler(),
+		Overview:      a.overview,
 		Metrics:       promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
 		Observe:       a.metrics.HTTP,
 		Ready: []httpapi.Checker{
@@ -193,10 +210,11 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		},
 	})
 
+	a.metrics.Registry.MustRegister(stateCollector{a})
 	wctx, wcancel := context.WithCancel(context.Background())
 	a.cancel = wcancel
 	backoff, _ := cfg.backoff()
-	consumer := apply.New(a.store, a.gate, a.queue, log, a.metrics, apply.Config{
+	consumer := apply.New(a.store, announcingGate{a.gate, ann}, a.queue, log, a.metrics, apply.Config{
 		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff})
 	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
 	a.goRun(func() { a.relay.Run(wctx) })
@@ -208,6 +226,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() { a.lifecycle.RunRestorer(wctx, 500*time.Millisecond) })
 	a.goRun(func() { a.lifecycle.RunSweeper(wctx, cfg.SweepEvery) })
 	a.goRun(func() { a.reconciler.Run(wctx, cfg.ReconcileEvery, a.gate, instanceID(), a.activeSKUs) })
+	a.goRun(func() { events.New(a.store, a.queue, log).Run(wctx, 250*time.Millisecond) })
 	timer := release.NewTimer(a.lifecycle, cfg.PaymentTimeout)
 	a.goRun(func() { timer.Run(wctx, a.queue.ExpiryConsumer()) })
 	return a, nil
@@ -291,12 +310,16 @@ func (a *app) rebuildAll(ctx context.Context) error {
 type timeoutGate struct {
 	*stockgate.Gate
 	d time.Duration
+	m *metrics.Metrics
 }
 
 func (g timeoutGate) Reserve(ctx context.Context, r sale.Reservation) (stockgate.ReserveResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.d)
 	defer cancel()
-	return g.Gate.Reserve(ctx, r)
+	start := time.Now()
+	res, err := g.Gate.Reserve(ctx, r)
+	g.m.Gate(time.Since(start))
+	return res, err
 }
 
 // expireLoop drops Redis keys of sales that ended more than KeyRetention ago.

@@ -148,6 +148,7 @@ func (c *Consumer) drain(ctx context.Context, it jetstream.MessagesContext) {
 				return
 			}
 			c.log.Warn("consumer: next", "err", err)
+			sleep(ctx, 100*time.Millisecond)
 			continue
 		}
 		batch = append(batch[:0], m)

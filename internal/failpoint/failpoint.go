@@ -22,6 +22,9 @@ const (
 	// ReleaseAfterStatusBeforeRestock sits in the restorer: a release is
 	// committed in the database, its units not yet back in Redis.
 	ReleaseAfterStatusBeforeRestock = "release_after_status_before_restock"
+	// EventsAfterPublishBeforeMark sits in the event publisher: events are
+	// in the stream, not yet marked published in the database.
+	EventsAfterPublishBeforeMark = "events_after_publish_before_mark"
 )
 
 // Actions a failpoint can take.

@@ -24,10 +24,17 @@ var errAdminDisabled = errors.New("admin api disabled")
 // UserAuth verifies user tokens: JWTs signed with HS256 (the algorithm is
 // pinned: a token signed any other way, or "none", is refused), with "exp"
 // required, a bounded clock skew, and the user id in "sub".
+//
+// In trusted-gateway mode (WithGateway) a request whose socket peer is a
+// trusted proxy may instead name its user in a header the gateway sets
+// after authenticating the user itself; from any other peer the header is
+// ignored and a token is required.
 type UserAuth struct {
-	secret []byte
-	skew   time.Duration
-	now    func() time.Time
+	secret  []byte
+	skew    time.Duration
+	now     func() time.Time
+	header  string
+	proxies *Proxies
 }
 
 // NewUserAuth returns a verifier for tokens signed with secret.
@@ -35,8 +42,32 @@ func NewUserAuth(secret string) *UserAuth {
 	return &UserAuth{secret: []byte(secret), skew: 30 * time.Second, now: time.Now}
 }
 
-// User returns the user id of a request's bearer token.
+// WithGateway returns a copy of a that takes the user id from header on
+// requests whose socket peer is in proxies (trusted-gateway mode). The
+// gateway must authenticate the user and overwrite the header on every
+// request it forwards; anyone else able to connect from inside proxies can
+// act as any user. An empty header or no proxies leaves the mode off.
+func (a *UserAuth) WithGateway(header string, proxies *Proxies) *UserAuth {
+	b := *a
+	b.header, b.proxies = "", nil
+	if header != "" && proxies != nil {
+		b.header, b.proxies = http.CanonicalHeaderKey(header), proxies
+	}
+	return &b
+}
+
+// User returns the user id of a request: from the trusted gateway's header
+// (gateway mode, peer trusted, header present: exactly one valid user id),
+// otherwise from its bearer token.
 func (a *UserAuth) User(r *http.Request) (string, error) {
+	if a.header != "" && a.proxies.PeerTrusted(r) {
+		if vs := r.Header.Values(a.header); len(vs) > 0 {
+			if len(vs) != 1 || !sale.ValidUser(vs[0]) {
+				return "", errUnauthenticated
+			}
+			return vs[0], nil
+		}
+	}
 	tok, ok := bearer(r)
 	if !ok || len(a.secret) == 0 {
 		return "", errUnauthenticated

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 
 	"github.com/flashsale/flashsale/internal/sale"
 )
@@ -19,7 +20,8 @@ const maxBody = 8 << 10
 const maxDepth = 8
 
 // decode reads a strict JSON object into v: Content-Type application/json,
-// at most maxBody bytes, no unknown fields, no trailing data, bounded depth.
+// at most maxBody bytes, no unknown fields, no repeated keys, no trailing
+// data, bounded depth.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := readBody(w, r)
 	if err != nil {
@@ -48,6 +50,9 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // decodeJSON is the strict decoder behind decode (fuzzed).
 func decodeJSON(body []byte, v any) error {
 	if err := checkDepth(body); err != nil {
+		return err
+	}
+	if err := checkDuplicateKeys(body); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -83,4 +88,58 @@ func checkDepth(b []byte) error {
 		}
 	}
 	return nil
+}
+
+// checkDuplicateKeys refuses an object that names a key twice (anywhere in
+// the document). Parsers disagree on which one wins, so a proxy, a log or a
+// WAF could see another request than the one decoded here. Keys are
+// compared as encoding/json matches them to fields: case-insensitively.
+// Malformed input passes: the decoder reports it.
+func checkDuplicateKeys(b []byte) error {
+	type frame struct {
+		keys    map[string]struct{} // nil for an array
+		wantKey bool
+	}
+	var stack []frame
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].keys != nil {
+			stack[n-1].wantKey = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, frame{keys: map[string]struct{}{}, wantKey: true})
+			case '[':
+				stack = append(stack, frame{})
+			default:
+				if len(stack) == 0 {
+					return nil
+				}
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+		case string:
+			if n := len(stack); n > 0 && stack[n-1].keys != nil && stack[n-1].wantKey {
+				k := strings.ToLower(strings.ToUpper(t))
+				if _, dup := stack[n-1].keys[k]; dup {
+					return fmt.Errorf("%w: key %q appears more than once", sale.ErrInvalid, t)
+				}
+				stack[n-1].keys[k] = struct{}{}
+				stack[n-1].wantKey = false
+				continue
+			}
+			valueDone()
+		default:
+			valueDone()
+		}
+	}
 }

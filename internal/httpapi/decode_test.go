@@ -1,6 +1,10 @@
 package httpapi
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -30,6 +34,15 @@ func TestDecodeJSON(t *testing.T) {
 		{`null x`, false},
 		{strings.Repeat(`{"a":`, 9) + `1` + strings.Repeat(`}`, 9), false},
 		{`{"sku_id":"[[[[[[[[[[[[[[[[[[[[[[[["}`, true}, // brackets in strings are not nesting
+		{`{"sku_id":"a","sku_id":"b"}`, false},          // which one wins differs between parsers
+		{`{"sku_id":"a","SKU_ID":"b"}`, false},          // encoding/json matches keys case-insensitively
+		{`{"sku_id":"a","\u017fku_id":"b"}`, false},     // long s folds to s
+		{`{"quantity":1,"sku_id":"quantity"}`, true},    // a value equal to a key is no repeat
+		{`{"sku_id":"a","quantity":1,"quantity":2}`, false},
+		{`{"x":{"a":1,"a":2}}`, false},
+		{`{"quantity":NaN}`, false},
+		{"\ufeff{\"sku_id\":\"a\"}", false}, // a byte-order mark is not JSON
+		{"{\"sku_id\":\"a\xff\"}", true},    // invalid UTF-8 decodes to U+FFFD; the id rules refuse it later
 	}
 	for _, c := range cases {
 		var v orderRequest
@@ -87,28 +100,53 @@ func FuzzDecodeOrder(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var v orderRequest
-		if err := decodeJSON(body, &v); err != nil && !errors.Is(err, sale.ErrInvalid) {
+		err := decodeJSON(body, &v)
+		if err != nil && !errors.Is(err, sale.ErrInvalid) {
 			t.Fatalf("error not ErrInvalid: %v", err)
+		}
+		if err == nil && !json.Valid(body) {
+			t.Fatalf("accepted invalid JSON %q", body)
 		}
 	})
 }
 
 // FuzzVerifyToken: token parsing never panics and never accepts a token not
-// signed with the secret.
+// signed with the secret by HS256: whatever passes carries a valid
+// HMAC-SHA256 of its header and claims, a header saying HS256, and an exp.
 func FuzzVerifyToken(f *testing.F) {
 	good, _ := Sign("k", "alice", time.Hour)
-	for _, s := range []string{good, "", "a.b.c", "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.", good + "x"} {
+	parts := strings.Split(good, ".")
+	for _, s := range []string{good, "", "a.b.c", "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.", good + "x",
+		parts[0] + "." + parts[1] + ".", "eyJhbGciOiJIUzM4NCJ9." + parts[1] + "." + parts[2], good + "." + good} {
 		f.Add(s)
 	}
 	a := NewUserAuth("k")
 	f.Fuzz(func(t *testing.T, tok string) {
 		u, err := a.Verify(tok)
-		if err == nil && tok != good {
-			// Only a correctly signed token may pass; re-signing its claims must give the same token.
-			parts := strings.Split(tok, ".")
-			if len(parts) != 3 {
-				t.Fatalf("accepted malformed token %q as %q", tok, u)
+		if err != nil {
+			if !errors.Is(err, errUnauthenticated) {
+				t.Fatalf("error %v is not errUnauthenticated", err)
 			}
+			return
+		}
+		p := strings.Split(tok, ".")
+		if len(p) != 3 || !sale.ValidUser(u) {
+			t.Fatalf("accepted malformed token %q as %q", tok, u)
+		}
+		sig, err := base64.RawURLEncoding.DecodeString(p[2])
+		m := hmac.New(sha256.New, []byte("k"))
+		m.Write([]byte(p[0] + "." + p[1]))
+		if err != nil || !hmac.Equal(sig, m.Sum(nil)) {
+			t.Fatalf("accepted %q as %q without a valid HS256 signature", tok, u)
+		}
+		var hdr struct {
+			Alg string `json:"alg"`
+		}
+		var claims map[string]any
+		hb, _ := base64.RawURLEncoding.DecodeString(p[0])
+		cb, _ := base64.RawURLEncoding.DecodeString(p[1])
+		if json.Unmarshal(hb, &hdr) != nil || hdr.Alg != "HS256" || json.Unmarshal(cb, &claims) != nil || claims["exp"] == nil {
+			t.Fatalf("accepted %q as %q: header %s claims %s", tok, u, hb, cb)
 		}
 	})
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
 )
@@ -36,6 +38,7 @@ var errorCodes = []struct {
 	{errCallbackDisabled, http.StatusForbidden, "callback_disabled"},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "body_too_large"},
 	{errMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+	{sale.ErrRateLimited, http.StatusTooManyRequests, "rate_limited"},
 	{sale.ErrBusy, http.StatusServiceUnavailable, "busy"},
 	{errNoDeadLetter, http.StatusNotFound, "dead_letter_not_found"},
 	{sale.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
@@ -93,7 +96,21 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", retryAfter(err))
+	}
 	writeJSON(w, status, b)
+}
+
+// retryAfter is the Retry-After of a rate limit refusal: whole seconds,
+// rounded up, at least 1.
+func retryAfter(err error) string {
+	secs := int64(1)
+	var rl *sale.RateLimitError
+	if errors.As(err, &rl) {
+		secs = max(1, int64((rl.RetryAfter+time.Second-1)/time.Second))
+	}
+	return strconv.FormatInt(secs, 10)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -4,6 +4,8 @@ package httpapi
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/flashsale/flashsale/internal/deadletter"
 	"github.com/flashsale/flashsale/internal/orderqueue"
@@ -80,6 +84,13 @@ type Config struct {
 	// Observe, if set, is called after each request with its route pattern,
 	// status and duration.
 	Observe func(route string, status int, d time.Duration)
+	// Limiter, if set, is the instance's rate limit in front of every buyer
+	// route (/api/..., not the payment callback), checked before
+	// authentication and decoding: beyond it 429 rate_limited.
+	Limiter *rate.Limiter
+	// Proxies are the trusted proxies: only from them is X-Forwarded-For
+	// believed (the client IP of the audit trail and the per-IP limit).
+	Proxies *Proxies
 }
 
 // Server is the HTTP API.
@@ -118,12 +129,12 @@ func (s *Server) routes() {
 	}
 	s.handle("POST /admin/v1/dlq/{seq}/replay", s.admin_(s.dlqAction(true)))
 	s.handle("POST /admin/v1/dlq/{seq}/discard", s.admin_(s.dlqAction(false)))
-	s.handle("GET /api/v1/skus/{sku_id}", s.getSKU)
-	s.handle("POST /api/v1/orders", s.user(s.createOrder))
-	s.handle("GET /api/v1/orders/{order_id}", s.user(s.getOrder))
+	s.handle("GET /api/v1/skus/{sku_id}", s.limited(s.getSKU))
+	s.handle("POST /api/v1/orders", s.limited(s.user(s.createOrder)))
+	s.handle("GET /api/v1/orders/{order_id}", s.limited(s.user(s.getOrder)))
 	if s.cfg.Lifecycle != nil {
-		s.handle("POST /api/v1/orders/{order_id}/pay", s.user(s.payOrder))
-		s.handle("POST /api/v1/orders/{order_id}/cancel", s.user(s.cancelOrder))
+		s.handle("POST /api/v1/orders/{order_id}/pay", s.limited(s.user(s.payOrder)))
+		s.handle("POST /api/v1/orders/{order_id}/cancel", s.limited(s.user(s.cancelOrder)))
 		s.handle("POST /api/v1/payments/callback", s.paymentCallback)
 	}
 	s.handle("GET /healthz", s.healthz)
@@ -163,10 +174,12 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		rid := requestID(r)
+		w.Header().Set("X-Request-Id", rid)
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 		defer cancel()
 		if err := h(sw, r.WithContext(ctx)); err != nil {
-			writeError(sw, r, s.log, err)
+			writeError(sw, r, s.log.With("request_id", rid, "route", pattern), err)
 		}
 		if s.cfg.Observe != nil {
 			s.cfg.Observe(pattern, sw.status, time.Since(start))
@@ -177,6 +190,7 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 // ServeHTTP serves the API. Unknown paths and wrong methods get the JSON
 // error shape too.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = r.WithContext(context.WithValue(r.Context(), clientIPKey{}, s.cfg.Proxies.ClientIP(r)))
 	if _, pattern := s.mux.Handler(r); pattern != "" {
 		s.mux.ServeHTTP(w, r)
 		return
@@ -207,8 +221,28 @@ func (s *Server) admin_(h handlerFunc) handlerFunc {
 	}
 }
 
-// peerIP is the address of the client as the audit trail records it.
+// limited puts the instance's rate limit in front of h.
+func (s *Server) limited(h handlerFunc) handlerFunc {
+	if s.cfg.Limiter == nil {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if !s.cfg.Limiter.Allow() {
+			return &sale.RateLimitError{Scope: "instance", RetryAfter: time.Second}
+		}
+		return h(w, r)
+	}
+}
+
+type clientIPKey struct{}
+
+// peerIP is the address of the client as the audit trail records it and
+// the per-IP limit counts it: the socket peer, or the client a trusted
+// proxy names (ServeHTTP works it out once).
 func peerIP(r *http.Request) string {
+	if ip, ok := r.Context().Value(clientIPKey{}).(string); ok {
+		return ip
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
@@ -316,7 +350,7 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	_ = s.buy.Catalog.Refresh(r.Context())
+	_ = s.buy.SKUChanged(r.Context(), sku.ID, "put")
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -335,7 +369,7 @@ func (s *Server) warmup(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	_ = s.buy.Catalog.Refresh(r.Context())
+	_ = s.buy.SKUChanged(r.Context(), id, "warmup")
 	writeJSON(w, http.StatusOK, res)
 	return nil
 }
@@ -583,4 +617,16 @@ func timePtr(t time.Time) *time.Time {
 	}
 	u := t.UTC()
 	return &u
+}
+
+// requestID is the request's X-Request-Id if it is a sane one (set by a
+// gateway), else a new random id. It is echoed in the response and in every
+// log line about the request.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); len(id) > 0 && len(id) <= 64 && sale.ValidIdempotencyKey(id) {
+		return id
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

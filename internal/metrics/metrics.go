@@ -25,6 +25,7 @@ type Metrics struct {
 	breakerTrans *prometheus.CounterVec
 	drift        *prometheus.GaugeVec
 	alerts       prometheus.Counter
+	gate         prometheus.Histogram
 }
 
 // New registers the metrics on a fresh registry (plus Go and process collectors).
@@ -70,7 +71,11 @@ func New() *Metrics {
 	m.alerts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "flashsale_reconcile_alerts_total", Help: "Reconcile passes that found a large drift and left it for an operator.",
 	})
-	r.MustRegister(m.deadLetters, m.breaker, m.breakerTrans, m.drift, m.alerts)
+	m.gate = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "flashsale_gate_duration_seconds", Help: "Latency of one Redis gate call (the reserve script).",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	})
+	r.MustRegister(m.deadLetters, m.breaker, m.breakerTrans, m.drift, m.alerts, m.gate)
 	r.MustRegister(m.purchases, m.httpDuration, m.batchSize, m.batchTime, m.applied, m.batchErrors)
 	return m
 }
@@ -116,3 +121,6 @@ func (m *Metrics) Drift(sku string, units int64) { m.drift.WithLabelValues(sku).
 
 // ReconcileAlert counts one reconcile alert.
 func (m *Metrics) ReconcileAlert() { m.alerts.Inc() }
+
+// Gate records the latency of one gate call.
+func (m *Metrics) Gate(d time.Duration) { m.gate.Observe(d.Seconds()) }

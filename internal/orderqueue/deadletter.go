@@ -192,8 +192,19 @@ func readAll(ctx context.Context, st jetstream.Stream, subject string, from uint
 	if err != nil {
 		return nil, err
 	}
+	// Read up to the last message the stream held when we started; an empty
+	// fetch is retried a few times before giving up, so a slow server cannot
+	// make the read stop short silently.
+	ci, err := oc.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ci.NumPending == 0 {
+		return nil, nil
+	}
 	var out []sale.Reservation
-	for {
+	var lastSeq uint64
+	for empty := 0; empty < 5; {
 		batch, err := oc.Fetch(1000, jetstream.FetchMaxWait(500*time.Millisecond))
 		if err != nil {
 			return out, err
@@ -207,14 +218,18 @@ func readAll(ctx context.Context, st jetstream.Stream, subject string, from uint
 				out = append(out, r)
 			}
 			if md, err := m.Metadata(); err == nil {
-				pending = md.NumPending
+				pending, lastSeq = md.NumPending, md.Sequence.Stream
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return out, err
 		}
-		if n == 0 || pending == 0 {
+		switch {
+		case n > 0 && pending == 0:
 			return out, nil
+		case n == 0:
+			empty++
 		}
 	}
+	return out, fmt.Errorf("orderqueue: reading %s: the stream stopped answering at sequence %d of %d", subject, lastSeq, info.State.LastSeq)
 }

@@ -459,7 +459,8 @@ UPDATE inventory i SET stock = i.stock + c.quantity FROM c WHERE i.sku_id = c.sk
 	}
 
 	unapplied := oid(1, 99)
-	stock, processed, _, err := s.Snapshot(ctx, "SNAP", []string{oid(1, 1), oid(1, 2), oid(1, 4), oid(1, 5), unapplied})
+	snap, err := s.Snapshot(ctx, "SNAP", []string{oid(1, 1), oid(1, 2), oid(1, 4), oid(1, 5), unapplied})
+	stock, processed := snap.Stock, snap.Processed
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,10 +476,10 @@ UPDATE inventory i SET stock = i.stock + c.quantity FROM c WHERE i.sku_id = c.sk
 	if diff := cmp.Diff(wantProcessed, processed); diff != "" {
 		t.Errorf("Snapshot processed (-want +got):\n%s", diff)
 	}
-	if _, processed, _, err := s.Snapshot(ctx, "SNAP", nil); err != nil || len(processed) != 0 {
+	if snap, err := s.Snapshot(ctx, "SNAP", nil); err != nil || len(snap.Processed) != 0 {
 		t.Errorf("Snapshot without ids = %v, %v; want empty map, no error", processed, err)
 	}
-	if _, _, _, err := s.Snapshot(ctx, "GHOST", []string{oid(1, 1)}); !errors.Is(err, sale.ErrUnknownSKU) {
+	if _, err := s.Snapshot(ctx, "GHOST", []string{oid(1, 1)}); !errors.Is(err, sale.ErrUnknownSKU) {
 		t.Errorf("Snapshot(GHOST) err = %v, want %v", err, sale.ErrUnknownSKU)
 	}
 
@@ -545,7 +546,7 @@ func TestErrorsLeaveNothingBehind(t *testing.T) {
 	if _, _, _, err := s.PutSKU(dead, orderstore.SKUChange{ID: "ERR", TotalStock: 9, PerUserLimit: 1}); err == nil {
 		t.Error("PutSKU with a cancelled context succeeded")
 	}
-	if _, _, _, err := s.Snapshot(dead, "ERR", []string{r.OrderID}); err == nil {
+	if _, err := s.Snapshot(dead, "ERR", []string{r.OrderID}); err == nil {
 		t.Error("Snapshot with a cancelled context succeeded")
 	}
 	if l := checkInvariants(t, s, "ERR"); l.Stock != 5 || l.Total != 5 || l.Logged != 0 {
@@ -561,7 +562,7 @@ func TestErrorsLeaveNothingBehind(t *testing.T) {
 	if _, err := bare.ApplyBatch(ctx, []sale.Reservation{r}); err == nil {
 		t.Error("ApplyBatch without a schema succeeded")
 	}
-	if _, _, _, err := bare.Snapshot(ctx, "ERR", nil); err == nil {
+	if _, err := bare.Snapshot(ctx, "ERR", nil); err == nil {
 		t.Error("Snapshot without a schema succeeded")
 	}
 }

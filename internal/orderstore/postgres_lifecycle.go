@@ -54,8 +54,9 @@ func queueTransitions(b *pgx.Batch, ts []transition) {
 	b.Queue(insertTransitionsSQL, ids, skus, users, qty, froms, tos, causes, at)
 }
 
-// Restore is Redis work a release owes: give Quantity units of SKU and the
-// buyer's slot back in the gate, once per order.
+// Restore is Redis work the database owes the gate, once per order: a
+// release gives Quantity units of SKU and the buyer's slot back; a sale made
+// by the database fallback (Quantity < 0) takes them.
 type Restore struct {
 	OrderID  string
 	SKU      string
@@ -93,6 +94,20 @@ RETURNING ` + orderColumnList
 // (cancelled by its user or the timeout: the caller refunds) or
 // sale.ErrOrderFailed.
 func (s *Store) Pay(ctx context.Context, id, user, ref string, now time.Time) (o sale.Order, again bool, err error) {
+	for attempt := 0; ; attempt++ {
+		o, again, err = s.pay(ctx, id, user, ref, now)
+		if !errors.Is(err, errRaced) || attempt == 3 {
+			return o, again, err
+		}
+	}
+}
+
+// errRaced: the order row was created or changed between the compare-and-set
+// and the read that explains its failure (an apply committing at that
+// moment): try the compare-and-set again.
+var errRaced = errors.New("order changed during the update")
+
+func (s *Store) pay(ctx context.Context, id, user, ref string, now time.Time) (o sale.Order, again bool, err error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: pay %s: %w", id, err)
@@ -109,6 +124,8 @@ func (s *Store) Pay(ctx context.Context, id, user, ref string, now time.Time) (o
 			return cur, true, nil
 		case sale.StatusCancelled:
 			return cur, false, fmt.Errorf("orderstore: pay %s: %w", id, sale.ErrOrderExpired)
+		case sale.StatusPendingPayment:
+			return cur, false, errRaced
 		default:
 			return cur, false, fmt.Errorf("orderstore: pay %s: %w", id, sale.ErrOrderFailed)
 		}
@@ -179,7 +196,19 @@ func (s *Store) Expire(ctx context.Context, id string, now time.Time) (o sale.Or
 
 var errNotDue = errors.New("not due")
 
-func (s *Store) release(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (sale.Order, bool, error) {
+func (s *Store) release(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (o sale.Order, again bool, err error) {
+	for attempt := 0; ; attempt++ {
+		o, again, err = s.releaseOnce(ctx, id, user, cause, now, due)
+		if !errors.Is(err, errRaced) || attempt == 3 {
+			if errors.Is(err, errRaced) {
+				err = errNotDue
+			}
+			return o, again, err
+		}
+	}
+}
+
+func (s *Store) releaseOnce(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (sale.Order, bool, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: release %s: %w", id, err)
@@ -198,6 +227,11 @@ func (s *Store) release(ctx context.Context, id, user, cause string, now time.Ti
 			return cur, false, fmt.Errorf("orderstore: release %s: %w", id, sale.ErrOrderPaid)
 		case sale.StatusFailed:
 			return cur, false, fmt.Errorf("orderstore: release %s: %w", id, sale.ErrOrderFailed)
+		}
+		if due == nil || (cur.ExpiresAt != nil && !cur.ExpiresAt.After(*due)) {
+			// pending_payment and due (or a user's cancel): the row landed
+			// after the update's snapshot.
+			return cur, false, errRaced
 		}
 		return cur, false, errNotDue
 	}
@@ -294,6 +328,14 @@ func (s *Store) RequestCancel(ctx context.Context, id, user string, now time.Tim
 	if _, err := s.pool.Exec(ctx, requestCancelSQL, id, user); err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: request cancel %s: %w", id, err)
 	}
+	// An ApplyBatch of this order may have read cancel_requests before our
+	// row existed and not yet committed. Wait for it: inserting the order's
+	// process_log key blocks on its uncommitted row until it commits (then
+	// the order exists and is cancelled below) or rolls back. The probe is
+	// always rolled back.
+	if err := s.waitForApply(ctx, id); err != nil {
+		return sale.Order{}, false, fmt.Errorf("orderstore: request cancel %s: %w", id, err)
+	}
 	// The apply may have committed just before the request: cancel it now.
 	o, _, err = s.Cancel(ctx, id, user, sale.CancelByUser, now)
 	if errors.Is(err, sale.ErrOrderNotFound) {
@@ -327,5 +369,15 @@ func (s *Store) RestoresDone(ctx context.Context, ids []string) error {
 		return nil
 	}
 	_, err := s.pool.Exec(ctx, `DELETE FROM redis_restores WHERE order_id = ANY($1::text[])`, ids)
+	return err
+}
+
+func (s *Store) waitForApply(ctx context.Context, id string) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	_, err = tx.Exec(ctx, `INSERT INTO process_log (tx_id, sku_id) VALUES ($1, '') ON CONFLICT (tx_id) DO NOTHING`, id)
 	return err
 }

@@ -64,32 +64,80 @@ SELECT p.tx_id, coalesce(o.status, '')
 FROM process_log p LEFT JOIN orders o ON o.order_id = p.tx_id
 WHERE p.tx_id = ANY($1::text[])`
 
+// Snapshot is a SKU's database state read at one instant.
+type Snapshot struct {
+	Stock int64
+	// Processed maps the order ids asked about that are in process_log to
+	// their order's status now; ids absent have not been applied.
+	Processed map[string]sale.Status
+	// Restores are releases whose Redis give-back is still pending: Stock
+	// already includes their units.
+	Restores []Restore
+	// ExternalCursor is the id of the newest stock change made outside
+	// flashsale (stock_audit external_change) that Stock includes.
+	ExternalCursor int64
+	// Holdings (user -> units of live orders) and IdempotencyKeys (user NUL
+	// key -> order id of live orders) are filled by SeedSnapshot only.
+	Holdings        map[string]int64
+	IdempotencyKeys map[string]string
+}
+
 // Snapshot reads, in ONE read-only REPEATABLE READ transaction (so all parts
 // describe the same instant), the database stock of sku, the Redis restores
-// it still owes (releases whose stock the database already took back), and,
-// for the given order ids, which are already in process_log and the status
-// of their order.
-// Ids absent from processed have not been applied (the status is "" only for
-// a process_log row without an order row, which ApplyBatch never writes). An
-// absent SKU gives an error wrapping sale.ErrUnknownSKU.
+// it still owes, the newest external stock change it includes and, for the
+// given order ids, which are already in process_log and the status of their
+// order. An absent SKU gives an error wrapping sale.ErrUnknownSKU.
 //
-// The reconciler uses it to tell reservations in flight (not processed) from
-// those the database stock already accounts for.
-func (s *Store) Snapshot(ctx context.Context, sku string, ids []string) (stock int64, processed map[string]sale.Status, restores []Restore, err error) {
-	processed = make(map[string]sale.Status)
+// The reconciler and the gate's loaders use it to tell reservations in
+// flight (not processed) from those the database stock already accounts for.
+func (s *Store) Snapshot(ctx context.Context, sku string, ids []string) (Snapshot, error) {
+	return s.snapshot(ctx, sku, ids, false)
+}
+
+const liveKeysSQL = `
+SELECT user_id, idempotency_key, order_id FROM orders
+WHERE sku_id = $1 AND idempotency_key IS NOT NULL AND status IN ('pending_payment', 'paid')`
+
+// SeedSnapshot is Snapshot plus, in the same transaction, the buyers'
+// live holdings and the Idempotency-Keys of live orders: what a load of the
+// gate from scratch needs, all describing one instant.
+func (s *Store) SeedSnapshot(ctx context.Context, sku string, ids []string) (Snapshot, error) {
+	return s.snapshot(ctx, sku, ids, true)
+}
+
+func (s *Store) snapshot(ctx context.Context, sku string, ids []string, full bool) (Snapshot, error) {
+	snap := Snapshot{Processed: make(map[string]sale.Status)}
 	found := false
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if full {
+		snap.Holdings, snap.IdempotencyKeys = map[string]int64{}, map[string]string{}
+		b.Queue(liveHoldingsSQL, sku).Query(func(rows pgx.Rows) error {
+			var user string
+			var n int64
+			_, err := pgx.ForEachRow(rows, []any{&user, &n}, func() error { snap.Holdings[user] = n; return nil })
+			return err
+		})
+		b.Queue(liveKeysSQL, sku).Query(func(rows pgx.Rows) error {
+			var user, key, id string
+			_, err := pgx.ForEachRow(rows, []any{&user, &key, &id}, func() error {
+				snap.IdempotencyKeys[user+"\x00"+key] = id
+				return nil
+			})
+			return err
+		})
+	}
 	b.Queue(`SELECT order_id, sku_id, user_id, quantity FROM redis_restores WHERE sku_id = $1`, sku).Query(func(rows pgx.Rows) error {
 		var r Restore
 		_, err := pgx.ForEachRow(rows, []any{&r.OrderID, &r.SKU, &r.User, &r.Quantity}, func() error {
-			restores = append(restores, r)
+			snap.Restores = append(snap.Restores, r)
 			return nil
 		})
 		return err
 	})
+	b.Queue(maxExternalSQL, sku).QueryRow(func(row pgx.Row) error { return row.Scan(&snap.ExternalCursor) })
 	b.Queue(snapshotStockSQL, sku).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&stock)
+		err := row.Scan(&snap.Stock)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -100,7 +148,7 @@ func (s *Store) Snapshot(ctx context.Context, sku string, ids []string) (stock i
 		b.Queue(snapshotProcessedSQL, ids).Query(func(rows pgx.Rows) error {
 			var id, status string
 			_, err := pgx.ForEachRow(rows, []any{&id, &status}, func() error {
-				processed[id] = sale.Status(status)
+				snap.Processed[id] = sale.Status(status)
 				return nil
 			})
 			return err
@@ -110,15 +158,15 @@ func (s *Store) Snapshot(ctx context.Context, sku string, ids []string) (stock i
 	tx := br.Tx()
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	if err := br.Close(); err != nil {
-		return 0, nil, nil, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, nil, nil, fmt.Errorf("orderstore: snapshot %q: commit: %w", sku, err)
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: commit: %w", sku, err)
 	}
 	if !found {
-		return 0, nil, nil, fmt.Errorf("orderstore: snapshot %q: %w", sku, sale.ErrUnknownSKU)
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: %w", sku, sale.ErrUnknownSKU)
 	}
-	return stock, processed, restores, nil
+	return snap, nil
 }
 
 // Processed returns, for the given order ids, which are in process_log

@@ -15,15 +15,18 @@ type SKULister interface {
 
 // Catalog is an in-memory copy of every SKU's sale configuration, so that
 // unknown ids and closed windows are answered without a Redis or database
-// call. It is replaced whole (atomic swap) on each refresh.
+// call: an exact set (no false positives, unlike a Bloom filter), replaced
+// whole (atomic swap) on each refresh. Instances keep in step through change
+// notices (Kick) and, as a safety net, a periodic refresh (Run).
 type Catalog struct {
 	src  SKULister
 	skus atomic.Pointer[map[string]sale.SKU]
+	kick chan struct{}
 }
 
 // NewCatalog returns an empty catalog over src; call Refresh before use.
 func NewCatalog(src SKULister) *Catalog {
-	c := &Catalog{src: src}
+	c := &Catalog{src: src, kick: make(chan struct{}, 1)}
 	empty := map[string]sale.SKU{}
 	c.skus.Store(&empty)
 	return c
@@ -59,8 +62,18 @@ func (c *Catalog) All() []sale.SKU {
 	return out
 }
 
-// Run refreshes the catalog every period until ctx is done, so SKUs created
-// through another instance become known here within one period.
+// Kick asks Run to refresh now (a SKU changed on some instance). Kicks
+// while a refresh is pending coalesce into it; Kick never blocks.
+func (c *Catalog) Kick() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run refreshes the catalog every period, and at once when kicked, until
+// ctx is done, so SKUs created through another instance become known here
+// as soon as its notice arrives, and within one period if it is lost.
 func (c *Catalog) Run(ctx context.Context, period time.Duration, onErr func(error)) {
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -69,11 +82,12 @@ func (c *Catalog) Run(ctx context.Context, period time.Duration, onErr func(erro
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, period)
-			if err := c.Refresh(rctx); err != nil && ctx.Err() == nil && onErr != nil {
-				onErr(err)
-			}
-			cancel()
+		case <-c.kick:
 		}
+		rctx, cancel := context.WithTimeout(ctx, period)
+		if err := c.Refresh(rctx); err != nil && ctx.Err() == nil && onErr != nil {
+			onErr(err)
+		}
+		cancel()
 	}
 }

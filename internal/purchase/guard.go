@@ -94,7 +94,9 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 		// Redis answered: sold out, limit reached and the like are business
 		// outcomes, successes of the gate. A cancelled request says nothing.
 		IsSuccessful: func(err error) bool { return err == nil || isBusiness(err) },
-		IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
+		// A sale being (re)loaded is answered by a healthy Redis: it must not
+		// push purchases to the database while the rebuild runs.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, sale.ErrNotWarmed) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
 				g.needSync.Store(true)
@@ -135,8 +137,14 @@ func (g *guard) reserve(ctx context.Context, f func(ctx context.Context) (stockg
 		}
 		return f(ctx)
 	})
-	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+	switch {
+	case errors.Is(err, gobreaker.ErrOpenState):
 		return res, errBreakerOpen
+	case errors.Is(err, gobreaker.ErrTooManyRequests):
+		// Half-open: the probe is rebuilding Redis from the database. No
+		// more direct sales meanwhile (each is also owed to Redis, but fewer
+		// moving parts while the gate comes back): try again in a moment.
+		return res, sale.ErrBusy
 	}
 	return res, err
 }

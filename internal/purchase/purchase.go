@@ -1,6 +1,8 @@
 // Package purchase is the request path of a purchase: cheap in-memory checks
-// first (input, known SKU, sale window, per-user limit), then the Redis gate,
-// then the hand-off to the relay. It also answers order and SKU look-ups.
+// first (input, known SKU, sale window, per-user limit, sold-out flag, rate
+// limits the gate already refused), then the Redis gate (stock and the
+// distributed rate limits in one script call), then the hand-off to the
+// relay. It also answers order and SKU look-ups.
 package purchase
 
 import (
@@ -21,7 +23,8 @@ import (
 
 // Gate is the Redis gate as the purchase path uses it.
 type Gate interface {
-	Reserve(ctx context.Context, r sale.Reservation) (stockgate.ReserveResult, error)
+	ReserveLimited(ctx context.Context, r sale.Reservation, l stockgate.Limits) (stockgate.ReserveResult, error)
+	Duplicate(ctx context.Context, sku, user, key string) (string, bool, error)
 	Lookup(ctx context.Context, sku, orderID string) (sale.Reservation, bool, error)
 	Available(ctx context.Context, sku string) (int64, bool, error)
 }
@@ -41,6 +44,13 @@ type OrderReader interface {
 // Observer is told the outcome of every purchase (metrics); nil is fine.
 type Observer interface {
 	Purchase(outcome string)
+}
+
+// Announcer tells every instance, this one included, that a sale changed
+// (units came back or its settings changed); each calls Noticed. It must not
+// block: a notice is a hint, the sold-out flag's TTL covers a lost one.
+type Announcer interface {
+	Announce(sku, reason string)
 }
 
 // Loader loads a sale into Redis from the database (warm-up or rebuild).
@@ -75,27 +85,37 @@ type Deps struct {
 	// (broker slow or down) the purchase is answered anyway: the reservation
 	// is in the Redis outbox and the relay delivers it later.
 	StreamAck time.Duration
+	// Limits are the rate limits and the sold-out flag (zero: all off).
+	Limits Limits
+	// Announcer, if set, spreads SKUChanged to every instance.
+	Announcer Announcer
 }
 
 // Service is the purchase path. Safe for concurrent use.
 type Service struct {
-	Catalog *Catalog
-	gate    Gate
-	relay   Notifier
-	orders  OrderReader
-	loader  Loader
-	guard   *guard
-	seller  DirectBuyer
-	ack     time.Duration
-	log     *slog.Logger
-	obs     Observer
-	now     func() time.Time
-	loading sync.Map // sku -> struct{}: a load triggered by this instance is running
+	Catalog  *Catalog
+	gate     Gate
+	relay    Notifier
+	orders   OrderReader
+	loader   Loader
+	guard    *guard
+	seller   DirectBuyer
+	ack      time.Duration
+	log      *slog.Logger
+	obs      Observer
+	now      func() time.Time
+	loading  sync.Map // sku -> struct{}: a load triggered by this instance is running
+	limits   Limits
+	block    blocklist
+	soldOut  soldOutFlags
+	announce Announcer
 }
 
 // New returns a purchase service.
 func New(d Deps, bc BreakerConfig) *Service {
-	s := &Service{Catalog: d.Catalog, gate: d.Gate, relay: d.Relay, orders: d.Orders, loader: d.Loader, log: d.Log, obs: d.Observer, now: time.Now, ack: d.StreamAck, seller: d.Seller}
+	s := &Service{Catalog: d.Catalog, gate: d.Gate, relay: d.Relay, orders: d.Orders, loader: d.Loader, log: d.Log, obs: d.Observer, now: time.Now, ack: d.StreamAck, seller: d.Seller,
+		limits: d.Limits, announce: d.Announcer}
+	s.soldOut.ttl = d.Limits.SoldOutTTL
 	rebuild := d.RebuildAll
 	if rebuild == nil {
 		rebuild = func(context.Context) error { return nil }
@@ -113,7 +133,8 @@ type Request struct {
 	SKU            string
 	Quantity       int64
 	IdempotencyKey string
-	// ClientIP is recorded in the audit trail.
+	// ClientIP is recorded in the audit trail and keys the per-IP rate
+	// limit ("" skips that limit).
 	ClientIP string
 }
 
@@ -128,9 +149,12 @@ type Result struct {
 }
 
 // Buy admits or refuses a purchase. Errors: sale.ErrInvalid, ErrUnknownSKU,
-// ErrSaleNotOpen, ErrSaleEnded, ErrLimitReached, ErrSoldOut, and
+// ErrSaleNotOpen, ErrSaleEnded, ErrLimitReached, ErrSoldOut, ErrRateLimited
+// (a *sale.RateLimitError: nothing reserved, retry after its RetryAfter), and
 // ErrUnavailable (Redis not usable, or the SKU not loaded in it). An accepted
 // purchase is queued: it becomes an order in the database shortly after.
+// Unknown SKUs, closed windows, SKUs flagged sold out and limits known to
+// refuse are answered from memory: they never reach Redis or the database.
 func (s *Service) Buy(ctx context.Context, req Request) (Result, error) {
 	res, err := s.buy(ctx, req)
 	if s.obs != nil {
@@ -164,6 +188,30 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	if req.Quantity > sku.PerUserLimit {
 		return Result{}, sale.ErrLimitReached
 	}
+	ipKey := ""
+	if s.limits.IP.On() {
+		ipKey = IPKey(req.ClientIP)
+	}
+	if s.seller == nil && !s.soldOut.admit(req.SKU, req.Quantity, now) {
+		// A retry with an Idempotency-Key gets the order it made, even
+		// after the sale sold out: one read, not the gate. If Redis cannot
+		// say, the purchase takes the usual path.
+		if req.IdempotencyKey == "" {
+			return Result{}, sale.ErrSoldOut
+		}
+		id, found, err := s.gate.Duplicate(ctx, req.SKU, req.User, req.IdempotencyKey)
+		switch {
+		case err == nil && found:
+			return Result{OrderID: id, Duplicate: true, Status: sale.StatusQueued}, nil
+		case err == nil:
+			return Result{}, sale.ErrSoldOut
+		}
+	}
+	lkeys := limitKeys(req.SKU, req.User, ipKey)
+	if err := s.blocked(lkeys, ipKey, now); err != nil {
+		return Result{}, err
+	}
+	gen := s.soldOut.gen.Load()
 	r := sale.Reservation{
 		OrderID:        uuid.Must(uuid.NewV7()).String(),
 		SKU:            req.SKU,
@@ -184,12 +232,33 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		return Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}, nil
 	}
 	gr, err := s.guard.reserve(ctx, func(ctx context.Context) (stockgate.ReserveResult, error) {
-		return s.reserve(ctx, r)
+		return s.reserve(ctx, r, s.limits.gate(ipKey))
 	})
+	var le *stockgate.LimitedError
+	var so *stockgate.SoldOutError
 	switch {
 	case err == nil:
+		switch {
+		case gr.Duplicate || gr.Available < 0: // units left unknown
+		case gr.Available == 0:
+			s.soldOut.set(r.SKU, 0, now, gen)
+		default:
+			s.soldOut.unset(r.SKU)
+		}
+	case errors.As(err, &le):
+		s.remember(lkeys, le, now)
+		return Result{}, err
+	case errors.As(err, &so):
+		s.soldOut.set(r.SKU, so.Available, now, gen)
+		return Result{}, err
 	case errors.Is(err, errBreakerOpen):
-		return s.guard.buyDirect(ctx, r, now)
+		res, err := s.guard.buyDirect(ctx, r, now)
+		if errors.Is(err, sale.ErrSoldOut) {
+			s.soldOut.set(r.SKU, 0, now, gen)
+		}
+		return res, err
+	case errors.Is(err, sale.ErrBusy):
+		return Result{}, err
 	case errors.Is(err, sale.ErrNotWarmed):
 		s.triggerLoad(r.SKU)
 		return Result{}, fmt.Errorf("%w: sale %s is being loaded into redis, retry shortly", sale.ErrUnavailable, req.SKU)
@@ -216,16 +285,17 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 // the script may have run and its reply been lost. It is retried with the
 // same order id, which the script recognises, so a purchase is never
 // reserved twice; the error is returned only if no attempt got an answer.
-func (s *Service) reserve(ctx context.Context, r sale.Reservation) (stockgate.ReserveResult, error) {
+func (s *Service) reserve(ctx context.Context, r sale.Reservation, l stockgate.Limits) (stockgate.ReserveResult, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var gr stockgate.ReserveResult
-		gr, err = s.gate.Reserve(ctx, r)
+		gr, err = s.gate.ReserveLimited(ctx, r, l)
 		if err == nil {
 			if gr.Duplicate && gr.OrderID == r.OrderID {
-				// Our earlier attempt did run: this is our reservation.
+				// Our earlier attempt did run: this is our reservation
+				// (the units left then are unknown).
 				payload, _ := json.Marshal(r)
-				return stockgate.ReserveResult{OrderID: r.OrderID, Payload: payload}, nil
+				return stockgate.ReserveResult{OrderID: r.OrderID, Payload: payload, Available: -1}, nil
 			}
 			return gr, nil
 		}
@@ -257,7 +327,7 @@ func (s *Service) triggerLoad(sku string) {
 }
 
 func isBusiness(err error) bool {
-	for _, e := range []error{sale.ErrSoldOut, sale.ErrLimitReached, sale.ErrSaleNotOpen, sale.ErrSaleEnded, sale.ErrInvalid, sale.ErrUnknownSKU} {
+	for _, e := range []error{sale.ErrSoldOut, sale.ErrLimitReached, sale.ErrSaleNotOpen, sale.ErrSaleEnded, sale.ErrInvalid, sale.ErrUnknownSKU, sale.ErrRateLimited} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -281,6 +351,8 @@ func outcomeOf(err error) string {
 		return "invalid"
 	case errors.Is(err, sale.ErrBusy):
 		return "busy"
+	case errors.Is(err, sale.ErrRateLimited):
+		return "rate_limited"
 	}
 	return "error"
 }
@@ -323,6 +395,29 @@ func (s *Service) Order(ctx context.Context, user, id string) (sale.Order, error
 		return o, nil
 	}
 	return sale.Order{}, sale.ErrOrderNotFound
+}
+
+// SKUChanged is called once this instance changed sku's sale (an admin
+// change, a warm-up): it reloads the catalog, forgets the local sold-out
+// flag of sku and announces the change, so that every other instance does
+// the same (Noticed) within milliseconds instead of a catalog refresh period.
+func (s *Service) SKUChanged(ctx context.Context, sku, reason string) error {
+	err := s.Catalog.Refresh(ctx)
+	s.soldOut.clear(sku)
+	if s.announce != nil {
+		s.announce.Announce(sku, reason)
+	}
+	return err
+}
+
+// Noticed applies a change announced by any instance: it forgets the local
+// sold-out flag of sku (of every SKU when sku is empty) and, when the sale's
+// settings may have changed (reload), reloads the catalog in the background.
+func (s *Service) Noticed(sku string, reload bool) {
+	s.soldOut.clear(sku)
+	if reload {
+		s.Catalog.Kick()
+	}
 }
 
 // SKUView is what a buyer sees of a sale.

@@ -129,13 +129,18 @@ func (r *Reconciler) one(ctx context.Context, id string) (SKUReport, error) {
 	for i, res := range f1.Reservations {
 		ids[i] = res.OrderID
 	}
-	stock, processed, restores, err := s.store.Snapshot(ctx, id, ids)
+	snap, err := s.store.Snapshot(ctx, id, ids)
 	if err != nil {
 		return SKUReport{}, err
 	}
+	stock, processed, restores := snap.Stock, snap.Processed, snap.Restores
 	f2, err := s.gate.ReadInFlight(ctx, id)
 	if err != nil {
 		return SKUReport{}, err
+	}
+	if f2.Epoch != f1.Epoch {
+		// Re-seeded during the pass: the two reads describe different loads.
+		return SKUReport{SKU: id, RedisAvailable: f2.Available, DBStock: snap.Stock, Action: ActionWatch}, nil
 	}
 	var flying, owed int64
 	for _, res := range f1.Reservations {
@@ -147,11 +152,16 @@ func (r *Reconciler) one(ctx context.Context, id string) (SKUReport, error) {
 			owed += res.Quantity // refused: units go back to Redis
 		}
 	}
+	var debit int64
 	for _, rs := range restores {
-		owed += rs.Quantity // released: units go back to Redis
+		if rs.Quantity > 0 {
+			owed += rs.Quantity // released: units go back to Redis
+		} else {
+			debit -= rs.Quantity // sold by the database fallback: Redis has yet to take them
+		}
 	}
 	raw := f1.Available - (stock - flying)
-	lo, hi := -owed, max(f2.Reserved-f1.Reserved, 0)
+	lo, hi := -owed, max(f2.Reserved-f1.Reserved, 0)+debit
 	var drift int64
 	switch {
 	case raw > hi:

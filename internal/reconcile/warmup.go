@@ -22,8 +22,8 @@ import (
 type Store interface {
 	SKU(ctx context.Context, id string) (sale.SKU, error)
 	PutSKU(ctx context.Context, c orderstore.SKUChange) (sale.SKU, int64, bool, error)
-	Snapshot(ctx context.Context, sku string, ids []string) (int64, map[string]sale.Status, []orderstore.Restore, error)
-	LiveHoldings(ctx context.Context, sku string) (map[string]int64, error)
+	Snapshot(ctx context.Context, sku string, ids []string) (orderstore.Snapshot, error)
+	SeedSnapshot(ctx context.Context, sku string, ids []string) (orderstore.Snapshot, error)
 }
 
 // Queue finds reservations that may be in flight in the stream (not yet
@@ -34,7 +34,8 @@ type Queue interface {
 
 // Gate is the Redis side.
 type Gate interface {
-	Seed(ctx context.Context, sku string, cfg stockgate.Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []stockgate.Release, epoch string) (bool, error)
+	Seed(ctx context.Context, sku string, cfg stockgate.Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []stockgate.Release, idem map[string]string, epoch string) (bool, error)
+	Register(ctx context.Context, sku string) error
 	Fence(ctx context.Context, sku string) error
 	ReadInFlight(ctx context.Context, sku string) (stockgate.InFlight, error)
 	Resync(ctx context.Context, sku string, cfg stockgate.Config, f stockgate.InFlight, dbStock int64, processed map[string]bool, released []stockgate.Release) (int64, error)
@@ -106,6 +107,19 @@ func (s *Syncer) Rebuild(ctx context.Context, id string) (WarmResult, error) {
 }
 
 func (s *Syncer) warm(ctx context.Context, id string) (WarmResult, error) {
+	for attempt := 0; ; attempt++ {
+		r, err := s.warmOnce(ctx, id)
+		if !errors.Is(err, stockgate.ErrReseeded) || attempt == 4 {
+			return r, err
+		}
+	}
+}
+
+func (s *Syncer) warmOnce(ctx context.Context, id string) (WarmResult, error) {
+	// Re-register every time: the relay and the janitor work from this list.
+	if err := s.gate.Register(ctx, id); err != nil {
+		return WarmResult{}, err
+	}
 	sku, err := s.store.SKU(ctx, id)
 	if err != nil {
 		return WarmResult{}, err
@@ -156,14 +170,13 @@ func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f
 	for id := range cand {
 		ids = append(ids, id)
 	}
-	stock, processed, restores, err := s.store.Snapshot(ctx, sku.ID, ids)
+	// Holdings and keys come from the same snapshot as the stock: a release
+	// between two reads would otherwise be counted in one and not the other.
+	snap, err := s.store.SeedSnapshot(ctx, sku.ID, ids)
 	if err != nil {
 		return WarmResult{}, false, err
 	}
-	holdings, err := s.store.LiveHoldings(ctx, sku.ID)
-	if err != nil {
-		return WarmResult{}, false, err
-	}
+	stock, processed, restores, holdings := snap.Stock, snap.Processed, snap.Restores, snap.Holdings
 	var inflight []sale.Reservation
 	var units int64
 	for id, r := range cand {
@@ -175,7 +188,7 @@ func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f
 		holdings[r.User] += r.Quantity
 	}
 	avail := max(stock-units, 0)
-	seeded, err := s.gate.Seed(ctx, sku.ID, cfg, avail, holdings, inflight, releases(restores), newEpoch())
+	seeded, err := s.gate.Seed(ctx, sku.ID, cfg, avail, holdings, inflight, releases(restores), snap.IdempotencyKeys, newEpoch())
 	if err != nil {
 		return WarmResult{}, false, err
 	}
@@ -187,10 +200,11 @@ func (s *Syncer) resync(ctx context.Context, id string, cfg stockgate.Config, f 
 	for i, r := range f.Reservations {
 		ids[i] = r.OrderID
 	}
-	stock, processed, restores, err := s.store.Snapshot(ctx, id, ids)
+	snap, err := s.store.Snapshot(ctx, id, ids)
 	if err != nil {
 		return WarmResult{}, err
 	}
+	stock, processed, restores := snap.Stock, snap.Processed, snap.Restores
 	refused := make(map[string]bool, len(processed))
 	var flying int64
 	for _, r := range f.Reservations {
@@ -214,6 +228,10 @@ func (s *Syncer) resync(ctx context.Context, id string, cfg stockgate.Config, f 
 // reserved, so no buyer who was accepted loses their unit; it fails with
 // sale.ErrStockConflict when too few units are left.
 func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, bool, error) {
+	// One change of a SKU at a time in this instance, and never during its
+	// warm-up or rebuild: a resync whose snapshot fell between the database
+	// and the Redis half of a change would count the delta twice.
+	defer s.lock(c.ID)()
 	cfg := stockgate.Config{PerUserLimit: c.PerUserLimit, StartsAt: c.StartsAt, EndsAt: c.EndsAt}
 	cur, err := s.store.SKU(ctx, c.ID)
 	exists := err == nil
@@ -229,7 +247,10 @@ func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, boo
 		case err == nil:
 			takenFromRedis = delta
 		case errors.Is(err, sale.ErrNotWarmed):
-			redisLoaded = false
+			// Redis does not hold the sale (being rebuilt, or lost): the
+			// units in flight are not known here, and the database stock
+			// still counts them. Refuse rather than take a promised unit.
+			return sale.SKU{}, false, fmt.Errorf("%w: the sale is not loaded in redis; warm it up, then reduce", sale.ErrUnavailable)
 		default:
 			return sale.SKU{}, false, err
 		}
@@ -244,7 +265,7 @@ func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, boo
 		return sale.SKU{}, false, err
 	}
 	if created || !redisLoaded {
-		if _, err := s.Warm(ctx, c.ID); err != nil {
+		if _, err := s.warm(ctx, c.ID); err != nil {
 			return sku, created, fmt.Errorf("saved, but loading redis failed (retry warmup): %w", err)
 		}
 		return sku, created, nil
@@ -253,7 +274,7 @@ func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, boo
 	// or only the settings) to Redis.
 	if _, err := s.gate.Adjust(ctx, c.ID, cfg, delta-takenFromRedis); err != nil {
 		if errors.Is(err, sale.ErrNotWarmed) {
-			_, err = s.Warm(ctx, c.ID)
+			_, err = s.warm(ctx, c.ID)
 		}
 		if err != nil {
 			return sku, false, fmt.Errorf("saved, but updating redis failed (retry warmup): %w", err)

@@ -73,8 +73,14 @@ func (s *Service) Pay(ctx context.Context, user, id, ref string) (sale.Order, er
 	}
 	o, _, err := s.store.Pay(ctx, id, user, ref, s.now())
 	if errors.Is(err, sale.ErrOrderNotFound) {
-		if q, qerr := s.orders.Order(ctx, user, id); qerr == nil && q.Status == sale.StatusQueued {
+		q, qerr := s.orders.Order(ctx, user, id)
+		switch {
+		case qerr != nil:
+		case q.Status == sale.StatusQueued:
 			return q, sale.ErrOrderQueued
+		default:
+			// It landed between the two reads: pay it now.
+			o, _, err = s.store.Pay(ctx, id, user, ref, s.now())
 		}
 	}
 	return o, err

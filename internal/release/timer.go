@@ -81,5 +81,9 @@ func (t *Timer) Run(ctx context.Context, cons jetstream.Consumer) {
 		}
 		stop()
 		it.Stop()
+		select { // the iterator ended (broker gone?): do not spin
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }

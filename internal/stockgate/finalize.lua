@@ -1,7 +1,8 @@
 -- finalize.lua: close reservations the database has decided, exactly once.
 -- The res entry is the token: whoever removes it does the Redis side of the
 -- outcome; a second call finds no entry and does nothing.
--- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox
+-- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox  KEYS[5] idem (closed ids are
+--   remembered there, so that a late retry of the same order id is not reserved again)
 -- ARGV: pairs of (order_id, outcome) where outcome is
 --   'a' applied in the database: the units stay sold; forget the reservation
 --   'f' refused by the database: give the units and the buyer's slot back
@@ -25,6 +26,7 @@ for i = 1, #ARGV, 2 do
       applied = applied + 1
     end
     redis.call('HDEL', KEYS[3], id)
+    redis.call('HSET', KEYS[5], '#' .. id, 1)
   end
   redis.call('ZREM', KEYS[4], id)
 end

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -107,13 +108,70 @@ type ReserveResult struct {
 	Payload []byte
 }
 
-// Reserve admits r atomically or refuses it. r.OrderID and r.AcceptedAt must
-// be set by the caller; r is stored as the outbox payload. Errors:
-// sale.ErrSoldOut, sale.ErrLimitReached, sale.ErrSaleNotOpen, sale.ErrSaleEnded,
+// Reserve admits r atomically or refuses it, with no rate limit (see
+// ReserveLimited). r.OrderID and r.AcceptedAt must be set by the caller; r is
+// stored as the outbox payload. Errors: sale.ErrSoldOut (a *SoldOutError),
+// sale.ErrLimitReached, sale.ErrSaleNotOpen, sale.ErrSaleEnded,
 // sale.ErrNotWarmed (nothing known for the SKU: never sell against it), and
 // transport errors, whose outcome is unknown: the reservation may exist (look
-// it up with Lookup or retry with the same Idempotency-Key), never assume it failed.
+// it up with Lookup or retry with the same order id or Idempotency-Key),
+// never assume it failed.
 func (g *Gate) Reserve(ctx context.Context, r sale.Reservation) (ReserveResult, error) {
+	return g.ReserveLimited(ctx, r, Limits{})
+}
+
+// Rate is one distributed rate limit: PerSecond requests sustained, up to
+// Burst at once. A zero PerSecond disables it; Burst below 1 counts as 1.
+type Rate struct {
+	PerSecond float64
+	Burst     int
+}
+
+// On reports whether the limit is enabled.
+func (r Rate) On() bool { return r.PerSecond > 0 }
+
+// args returns the script arguments of r: emission interval in µs, burst.
+func (r Rate) args() (string, string) {
+	if !r.On() {
+		return "0", "0"
+	}
+	iv := int64(math.Round(1e6 / r.PerSecond))
+	return strconv.FormatInt(max(iv, 1), 10), strconv.Itoa(max(r.Burst, 1))
+}
+
+// Limits are the distributed rate limits ReserveLimited checks in the same
+// script call as the stock (GCRA on the Redis server's clock, so every
+// instance shares one budget). Their keys live under the SKU's hash tag, so
+// the user and IP limits count per SKU.
+type Limits struct {
+	SKU, User, IP Rate
+	// IPKey identifies the client for the IP limit (an address or a
+	// network such as an IPv6 /64); empty skips the IP limit.
+	IPKey string
+}
+
+// SoldOutError is the sale.ErrSoldOut the gate returns: Available units
+// were left, fewer than asked for.
+type SoldOutError struct{ Available int64 }
+
+func (e *SoldOutError) Error() string { return sale.ErrSoldOut.Error() }
+
+// Is makes errors.Is(err, sale.ErrSoldOut) true.
+func (e *SoldOutError) Is(target error) bool { return target == sale.ErrSoldOut }
+
+// limitKeys returns the keys of the SKU, user and IP limits of a purchase.
+func (g *Gate) limitKeys(sku, user, ipKey string) [3]string {
+	base := g.prefix + ":{" + sku + "}:rl:"
+	return [3]string{base + "sku", base + "u:" + user, base + "ip:" + ipKey}
+}
+
+// ReserveLimited is Reserve behind the rate limits l, checked in the same
+// atomic script call before anything is written. A request a limit refuses
+// changes nothing and gets a *LimitedError (sale.ErrRateLimited, unwrapping
+// to the *sale.RateLimitError of the limit that frees last). Every other request counts against the limits,
+// except a repeat of an order id the gate already holds (a retry of a call
+// whose reply was lost).
+func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits) (ReserveResult, error) {
 	if err := r.Validate(); err != nil {
 		return ReserveResult{}, fmt.Errorf("%w: %v", sale.ErrInvalid, err)
 	}
@@ -126,10 +184,21 @@ func (g *Gate) Reserve(ctx context.Context, r sale.Reservation) (ReserveResult, 
 	if r.IdempotencyKey != "" {
 		idem = r.User + "\x00" + r.IdempotencyKey
 	}
-	vals, err := g.reserve.Exec(ctx, g.c,
-		[]string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem},
-		[]string{r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10), strconv.FormatInt(r.AcceptedAt, 10), idem, string(payload)},
-	).ToArray()
+	ip := l.IP
+	if l.IPKey == "" {
+		ip = Rate{}
+	}
+	keys := []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem}
+	args := []string{r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10), strconv.FormatInt(r.AcceptedAt, 10), idem, string(payload)}
+	if l.SKU.On() || l.User.On() || ip.On() {
+		lk := g.limitKeys(r.SKU, r.User, l.IPKey)
+		skuIv, skuBurst := l.SKU.args()
+		userIv, userBurst := l.User.args()
+		ipIv, ipBurst := ip.args()
+		keys = append(keys, lk[0], lk[1], lk[2])
+		args = append(args, skuIv, skuBurst, userIv, userBurst, ipIv, ipBurst)
+	}
+	vals, err := g.reserve.Exec(ctx, g.c, keys, args).ToArray()
 	if err != nil {
 		return ReserveResult{}, fmt.Errorf("stockgate: reserve: %w", err)
 	}
@@ -145,7 +214,8 @@ func (g *Gate) Reserve(ctx context.Context, r sale.Reservation) (ReserveResult, 
 		id, _ := vals[1].ToString()
 		return ReserveResult{OrderID: id, Duplicate: true}, nil
 	case 0:
-		return ReserveResult{}, sale.ErrSoldOut
+		avail, _ := vals[1].AsInt64()
+		return ReserveResult{}, &SoldOutError{Available: avail}
 	case -1:
 		return ReserveResult{}, sale.ErrLimitReached
 	case -2:
@@ -154,8 +224,54 @@ func (g *Gate) Reserve(ctx context.Context, r sale.Reservation) (ReserveResult, 
 		return ReserveResult{}, sale.ErrSaleNotOpen
 	case -4:
 		return ReserveResult{}, sale.ErrSaleEnded
+	case -6:
+		return ReserveResult{}, rateLimited(vals[1:])
 	}
 	return ReserveResult{}, fmt.Errorf("stockgate: reserve: unexpected code %d", code)
+}
+
+// Duplicate returns the order that user's Idempotency-Key key already made
+// on sku, if the gate holds it: one read, no script, no limit counted. The
+// purchase path asks it instead of the gate for a retry of a SKU it knows
+// is sold out.
+func (g *Gate) Duplicate(ctx context.Context, sku, user, key string) (string, bool, error) {
+	id, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Idem).Field(user+"\x00"+key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("stockgate: idempotency lookup: %w", err)
+	}
+	return id, true, nil
+}
+
+// LimitedError is the sale.ErrRateLimited of ReserveLimited: how long each
+// limit goes on refusing (0: that limit passed). It unwraps to the
+// *sale.RateLimitError of the limit that frees last.
+type LimitedError struct{ SKU, User, IP time.Duration }
+
+func (e *LimitedError) Error() string { return e.Unwrap().Error() }
+
+// Unwrap returns the *sale.RateLimitError of the limit that frees last.
+func (e *LimitedError) Unwrap() error {
+	r := &sale.RateLimitError{Scope: "sku", RetryAfter: e.SKU}
+	if e.User > r.RetryAfter {
+		r.Scope, r.RetryAfter = "user", e.User
+	}
+	if e.IP > r.RetryAfter {
+		r.Scope, r.RetryAfter = "ip", e.IP
+	}
+	return r
+}
+
+// rateLimited turns the script's waits (ms per limit: SKU, user, IP) into a *LimitedError.
+func rateLimited(waits []rueidis.RedisMessage) error {
+	var d [3]time.Duration
+	for i := range min(len(waits), 3) {
+		ms, _ := waits[i].AsInt64()
+		d[i] = time.Duration(ms) * time.Millisecond
+	}
+	return &LimitedError{SKU: d[0], User: d[1], IP: d[2]}
 }
 
 // Outcome is the database's decision on a reservation, as the gate closes it.
@@ -183,7 +299,7 @@ func (g *Gate) Finalize(ctx context.Context, sku string, outcomes []Outcome) (un
 		args = append(args, o.OrderID, flag)
 	}
 	k := g.KeysOf(sku)
-	vals, err := g.finalize.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox}, args).AsIntSlice()
+	vals, err := g.finalize.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem}, args).AsIntSlice()
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: finalize: %w", err)
 	}
@@ -212,16 +328,21 @@ func ms(t time.Time) string {
 // configuration, the buyers' holdings (user -> units of live orders and of
 // reservations in flight) and the reservations in flight (recorded again so
 // that their outcome can still be closed exactly once). It returns false and
-// changes nothing if the SKU is already loaded (use Resync then).
-func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []Release, epoch string) (bool, error) {
+// changes nothing if the SKU is already loaded (use Resync then). idem maps
+// user NUL Idempotency-Key to the order it made, so that a retry after a
+// reload still returns the same order.
+func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []Release, idem map[string]string, epoch string) (bool, error) {
 	k := g.KeysOf(sku)
 	args := []string{strconv.FormatInt(available, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), epoch,
-		strconv.Itoa(len(holdings)), strconv.Itoa(len(released))}
+		strconv.Itoa(len(holdings)), strconv.Itoa(len(released)), strconv.Itoa(len(idem))}
 	for u, n := range holdings {
 		args = append(args, u, strconv.FormatInt(n, 10))
 	}
 	for _, r := range released {
 		args = append(args, r.OrderID)
+	}
+	for key, id := range idem {
+		args = append(args, key, id)
 	}
 	for _, r := range inflight {
 		b, err := json.Marshal(r)
@@ -230,7 +351,7 @@ func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64
 		}
 		args = append(args, r.OrderID, string(b))
 	}
-	n, err := g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Rel}, args).AsInt64()
+	n, err := g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Rel, k.Idem}, args).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stockgate: seed: %w", err)
 	}
@@ -254,7 +375,8 @@ func (g *Gate) Fence(ctx context.Context, sku string) error {
 // InFlight is an atomic read of a SKU's reservations not yet closed.
 type InFlight struct {
 	Loaded       bool
-	Reserved     int64 // the monotonic reserved-units counter at the time of the read
+	Epoch        string // which load of the SKU this read saw
+	Reserved     int64  // the monotonic reserved-units counter at the time of the read
 	Available    int64
 	Reservations []sale.Reservation
 }
@@ -282,6 +404,9 @@ func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
 	f.Loaded = loaded == 1
 	f.Reserved, _ = vals[1].AsInt64()
 	f.Available, _ = vals[2].AsInt64()
+	if len(vals) > 4 {
+		f.Epoch, _ = vals[4].ToString()
+	}
 	kv, err := vals[3].AsStrSlice()
 	if err != nil {
 		return InFlight{}, fmt.Errorf("stockgate: read in-flight: %w", err)
@@ -307,7 +432,7 @@ func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
 func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, dbStock int64, processed map[string]bool, released []Release) (int64, error) {
 	var pending int64
 	args := []string{strconv.FormatInt(dbStock, 10), strconv.FormatInt(f.Reserved, 10), "",
-		strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), ""}
+		strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), "", f.Epoch}
 	nproc := 0
 	for _, r := range f.Reservations {
 		refused, done := processed[r.OrderID]
@@ -327,15 +452,23 @@ func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, d
 		args = append(args, r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10))
 	}
 	k := g.KeysOf(sku)
-	vals, err := g.resync.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Rel}, args).AsIntSlice()
+	vals, err := g.resync.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Rel, k.Idem}, args).AsIntSlice()
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: resync: %w", err)
 	}
-	if vals[0] == -2 {
+	switch vals[0] {
+	case -2:
 		return 0, sale.ErrNotWarmed
+	case -3:
+		return 0, ErrReseeded
 	}
 	return vals[0], nil
 }
+
+// ErrReseeded is returned by Resync when the SKU was loaded again (a rebuild,
+// a Redis that lost its data) after the in-flight read it was given: read
+// again and retry.
+var ErrReseeded = errors.New("stockgate: sku re-seeded since the in-flight read")
 
 // Adjust changes a loaded SKU's available units by delta and sets its
 // configuration. A reduction larger than the units available is refused with

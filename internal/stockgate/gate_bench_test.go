@@ -29,7 +29,7 @@ func BenchmarkReserve(b *testing.B) {
 	for _, mode := range []string{"loop", "parallel-64", "parallel-256"} {
 		b.Run(mode, func(b *testing.B) {
 			sku := "bench-" + mode
-			if _, err := g.Seed(ctx, sku, stockgate.Config{PerUserLimit: 1}, sale.MaxStock, nil, nil, nil, "b"); err != nil {
+			if _, err := g.Seed(ctx, sku, stockgate.Config{PerUserLimit: 1}, sale.MaxStock, nil, nil, nil, nil, "b"); err != nil {
 				b.Fatal(err)
 			}
 			start := time.Now()

@@ -39,7 +39,7 @@ func res(sku, user string, qty int64) sale.Reservation {
 
 func seed(t testing.TB, g *stockgate.Gate, sku string, stock, limit int64) {
 	t.Helper()
-	ok, err := g.Seed(context.Background(), sku, stockgate.Config{PerUserLimit: limit}, stock, nil, nil, nil, "e1")
+	ok, err := g.Seed(context.Background(), sku, stockgate.Config{PerUserLimit: limit}, stock, nil, nil, nil, nil, "e1")
 	if err != nil || !ok {
 		t.Fatalf("seed: %v %v", ok, err)
 	}
@@ -103,7 +103,7 @@ func TestReserveWindow(t *testing.T) {
 		{"late", time.Time{}, now.Add(-time.Second), sale.ErrSaleEnded},
 		{"open", now.Add(-time.Hour), now.Add(time.Hour), nil},
 	} {
-		if _, err := g.Seed(ctx, c.sku, stockgate.Config{PerUserLimit: 1, StartsAt: c.start, EndsAt: c.end}, 5, nil, nil, nil, "e"); err != nil {
+		if _, err := g.Seed(ctx, c.sku, stockgate.Config{PerUserLimit: 1, StartsAt: c.start, EndsAt: c.end}, 5, nil, nil, nil, nil, "e"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := g.Reserve(ctx, res(c.sku, "u", 1)); !errors.Is(err, c.want) {
@@ -299,7 +299,7 @@ func TestExpireKeepsInFlight(t *testing.T) {
 	g, c := newGate(t)
 	ctx := context.Background()
 	now := time.Now()
-	if _, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 1, EndsAt: now.Add(time.Minute)}, 5, nil, nil, nil, "e"); err != nil {
+	if _, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 1, EndsAt: now.Add(time.Minute)}, 5, nil, nil, nil, nil, "e"); err != nil {
 		t.Fatal(err)
 	}
 	r := res("s", "u", 1)
@@ -359,14 +359,14 @@ func TestFenceAndSeed(t *testing.T) {
 		t.Fatalf("in flight while fenced: %+v %v", f, err)
 	}
 	// Rebuild: 10 in the database, a still in flight.
-	ok, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 8, map[string]int64{"u1": 2}, f.Reservations, nil, "e2")
+	ok, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 8, map[string]int64{"u1": 2}, f.Reservations, nil, nil, "e2")
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	if got := avail(t, g, "s"); got != 8 {
 		t.Fatalf("available %d", got)
 	}
-	if ok, _ := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 99, nil, nil, nil, "e3"); ok {
+	if ok, _ := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 99, nil, nil, nil, nil, "e3"); ok {
 		t.Fatal("seeded a loaded sku")
 	}
 	if units, _ := g.Finalize(ctx, "s", []stockgate.Outcome{{OrderID: a.OrderID, Refused: true}}); units != 2 {
@@ -430,5 +430,61 @@ func TestRestoreOnce(t *testing.T) {
 	}
 	if _, err := g.Restore(ctx, "s", []stockgate.Release{{OrderID: "x", User: "u", Quantity: 1}}); !errors.Is(err, sale.ErrNotWarmed) {
 		t.Fatalf("restore on an unloaded sku: %v", err)
+	}
+}
+
+// TestResyncRefusesAcrossReseed: a resync computed from an in-flight read
+// of an earlier load (Redis lost the sale and it was seeded again since) is
+// refused: its reserved counter belongs to another life of the SKU.
+func TestResyncRefusesAcrossReseed(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	seed(t, g, "s", 10, 5)
+	for i := 0; i < 4; i++ {
+		if _, err := g.Reserve(ctx, res("s", fmt.Sprintf("u%d", i), 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := g.ReadInFlight(ctx, "s")
+	if err != nil || f.Epoch == "" {
+		t.Fatal(f, err)
+	}
+	if err := g.Fence(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := g.Seed(ctx, "s", stockgate.Config{PerUserLimit: 5}, 6, nil, nil, nil, nil, "other"); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if _, err := g.Resync(ctx, "s", stockgate.Config{PerUserLimit: 5}, f, 10, nil, nil); !errors.Is(err, stockgate.ErrReseeded) {
+		t.Fatalf("resync across a reseed: %v", err)
+	}
+	if got := avail(t, g, "s"); got != 6 {
+		t.Fatalf("available %d, want the seed's 6", got)
+	}
+}
+
+// TestLateRetryAfterClose: a retry of an order id that arrives after the
+// reservation was applied and closed is a duplicate, never a second
+// reservation.
+func TestLateRetryAfterClose(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	seed(t, g, "s", 10, 5)
+	r := res("s", "ivan", 1)
+	if _, err := g.Reserve(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Finalize(ctx, "s", []stockgate.Outcome{{OrderID: r.OrderID}}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := g.Reserve(ctx, r)
+	if err != nil || !again.Duplicate || again.OrderID != r.OrderID {
+		t.Fatalf("late retry: %+v %v", again, err)
+	}
+	if got := avail(t, g, "s"); got != 9 {
+		t.Fatalf("available %d, want 9", got)
+	}
+	if h, _ := g.Held(ctx, "s", "ivan"); h != 1 {
+		t.Fatalf("ivan holds %d", h)
 	}
 }

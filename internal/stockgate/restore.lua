@@ -1,4 +1,5 @@
--- restore.lua: give released orders' units and buyer slots back, once per
+-- restore.lua: give released orders' units and buyer slots back (units > 0),
+-- or take those of a sale the database fallback made (units < 0), once per
 -- order id (the rel set is the token). A release is decided in the database
 -- first (the status change is the guard); this is the Redis half, retried
 -- until done.
@@ -13,7 +14,12 @@ local n, units = 0, 0
 for i = 1, #ARGV, 3 do
   if redis.call('SADD', KEYS[3], ARGV[i]) == 1 then
     local qty = tonumber(ARGV[i + 2])
-    redis.call('HINCRBY', KEYS[1], 'avail', qty)
+    local avail = redis.call('HINCRBY', KEYS[1], 'avail', qty)
+    if avail < 0 then
+      -- A direct sale took units Redis had already admitted: those
+      -- reservations will be refused by the database and give nothing back.
+      redis.call('HSET', KEYS[1], 'avail', 0)
+    end
     local left = redis.call('HINCRBY', KEYS[2], ARGV[i + 1], -qty)
     if left <= 0 then redis.call('HDEL', KEYS[2], ARGV[i + 1]) end
     n = n + 1

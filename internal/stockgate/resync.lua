@@ -9,23 +9,29 @@
 -- never oversold); processed entries of R are closed here, and pending
 -- restores are marked done (their buyer slot given back), so that a late
 -- finalize or restore cannot give units back a second time.
--- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox  KEYS[5] rel
+-- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox  KEYS[5] rel  KEYS[6] idem
 -- ARGV[1] S  ARGV[2] C1  ARGV[3] units of R not processed
 -- ARGV[4] limit  ARGV[5] starts ms  ARGV[6] ends ms  ARGV[7] number P of processed entries
 -- then P pairs (order_id, 'a' applied | 'f' refused) for processed entries of R
 -- then triples (order_id, user, units) of pending restores
--- Returns {avail} or {-2} if the SKU is not loaded.
+-- ARGV[8] epoch seen with R: if the SKU was re-seeded since (a lost Redis,
+--   a rebuild), R and C1 describe another life of it: refuse.
+-- Returns {avail}, {-2} if the SKU is not loaded, {-3} if it was re-seeded
+-- since R was read (the caller reads again).
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return {-2}
 end
 local cnow = tonumber(redis.call('HGET', KEYS[1], 'reserved')) or 0
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[8] or cnow < tonumber(ARGV[2]) then
+  return {-3}
+end
 local avail = tonumber(ARGV[1]) - tonumber(ARGV[3]) - (cnow - tonumber(ARGV[2]))
 if avail < 0 then avail = 0 end
 local function release_slot(user, qty)
   local left = redis.call('HINCRBY', KEYS[2], user, -qty)
   if left <= 0 then redis.call('HDEL', KEYS[2], user) end
 end
-local i = 8
+local i = 9
 for _ = 1, tonumber(ARGV[7]) do
   local id, outcome = ARGV[i], ARGV[i + 1]
   local payload = redis.call('HGET', KEYS[3], id)
@@ -35,6 +41,7 @@ for _ = 1, tonumber(ARGV[7]) do
       release_slot(r['user_id'], tonumber(r['quantity']))
     end
     redis.call('HDEL', KEYS[3], id)
+    redis.call('HSET', KEYS[6], '#' .. id, 1)
   end
   redis.call('ZREM', KEYS[4], id)
   i = i + 2

@@ -3,19 +3,21 @@
 -- the caller resyncs instead. A SKU is loaded when its meta hash has an epoch.
 -- The reserved counter survives (it only ever grows) so that a resync racing
 -- with the seed can never compute from a counter that went backwards.
--- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] rel
+-- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] rel  KEYS[5] idem
 -- ARGV[1] available  ARGV[2] limit  ARGV[3] starts ms  ARGV[4] ends ms  ARGV[5] epoch
 -- ARGV[6] number of buyer pairs B   ARGV[7] number of released order ids L
+-- ARGV[8] number of idempotency pairs I
 -- then 2B values: pairs of (user, units held: live orders plus reservations in flight)
 -- then L values: order ids whose release the available count already includes
 --   (recorded in rel, so the pending Redis restore of each is not applied again)
+-- then 2I values: pairs of (user NUL Idempotency-Key, order id) of live orders
 -- then pairs of (order_id, reservation JSON) in flight, to (re)record in res
 -- Returns 1 if seeded, 0 if it was already loaded.
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 1 then
   return 0
 end
-local b, l = tonumber(ARGV[6]), tonumber(ARGV[7])
-local i = 8
+local b, l, ik = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local i = 9
 redis.call('DEL', KEYS[2])
 for _ = 1, b do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
@@ -24,6 +26,10 @@ end
 for _ = 1, l do
   redis.call('SADD', KEYS[4], ARGV[i])
   i = i + 1
+end
+for _ = 1, ik do
+  redis.call('HSETNX', KEYS[5], ARGV[i], ARGV[i + 1])
+  i = i + 2
 end
 while i < #ARGV do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])

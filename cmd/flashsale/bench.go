@@ -1,0 +1,638 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/rueidis"
+
+	"github.com/flashsale/flashsale/internal/loadgen"
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/strategy"
+)
+
+// benchOptions are the bench's own flags (the service's settings come from
+// parseConfig: database, Redis, tokens, pool and batch sizes).
+type benchOptions struct {
+	strategies   string
+	scenario     string
+	mode         string
+	buyers       int
+	rate         float64
+	maxInFlight  int
+	duration     time.Duration
+	warmup       time.Duration
+	requests     int64
+	stock        int64
+	skus         int
+	limit        int64
+	target       string
+	jsonOut      string
+	htmlOut      string
+	baselines    bool
+	cpuprofile   string
+	keep         bool
+	drainTimeout time.Duration
+	i7Units      int64
+	quiet        bool
+	machineNote  string
+}
+
+const benchUsage = `flashsale bench: a load test with correctness checks.
+
+By default it starts one flashsale per strategy in this process (a fresh
+database on -database-url's server, a fresh Redis key prefix, an embedded
+JetStream in a temporary directory), drives the scenario over HTTP, drains,
+checks I1-I7 from PostgreSQL and Redis, and prints a table. With -target it
+drives a running flashsale on this machine instead (give its -admin-token,
+-user-token-secret, -database-url, -redis-url and -redis-prefix so the
+checks read its stores). Any violation makes it exit non-zero.
+
+Flags (the service's flags are accepted too):`
+
+func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var o benchOptions
+	cfg, err := parseConfig("bench", args, getenv, stderr, func(fs *flag.FlagSet) {
+		fs.Usage = func() {
+			fmt.Fprintln(fs.Output(), benchUsage)
+			fs.PrintDefaults()
+		}
+		fs.StringVar(&o.strategies, "strategies", "", "comma-separated strategies to compare (default: all of "+strings.Join(strategy.Names(), ",")+"; with -target: pipeline, the one the target runs)")
+		fs.StringVar(&o.scenario, "scenario", loadgen.Hot, "hot (one SKU, duplicate clicks), many (SKUs), storm (after sell-out) or mix (with pay and cancel)")
+		fs.StringVar(&o.mode, "mode", string(loadgen.Closed), "closed (-buyers at once) or open (-rate per second, latency from the due time)")
+		fs.IntVar(&o.buyers, "buyers", 1000, "closed loop: concurrent virtual buyers")
+		fs.Float64Var(&o.rate, "rate", 2000, "open loop: requests per second")
+		fs.IntVar(&o.maxInFlight, "max-in-flight", 4000, "open loop: most requests in flight (a due request waits beyond, and its wait counts)")
+		fs.DurationVar(&o.duration, "duration", 5*time.Second, "time bound of each measured run (no request starts after it)")
+		fs.DurationVar(&o.warmup, "warmup", time.Second, "load before each measured run, not measured (connections, pools, caches)")
+		fs.Int64Var(&o.requests, "requests", 0, "count bound of each run (0: the duration only)")
+		fs.Int64Var(&o.stock, "stock", 1000, "units on sale (scenario many: in total)")
+		fs.IntVar(&o.skus, "skus", 50, "scenario many: number of SKUs")
+		fs.Int64Var(&o.limit, "per-user-limit", 1, "per-user limit of every SKU")
+		fs.StringVar(&o.target, "target", "", "URL of a running flashsale on this machine (loopback only); empty: start one per strategy in-process")
+		fs.StringVar(&o.jsonOut, "json", "", "write the report as JSON to `FILE`")
+		fs.StringVar(&o.htmlOut, "html", "", "write the report as an HTML page with charts to `FILE`")
+		fs.BoolVar(&o.baselines, "baselines", true, "measure the empty-handler and Redis-gate baselines first")
+		fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each strategy's run to `PREFIX`-<strategy>.pprof (go tool pprof)")
+		fs.BoolVar(&o.keep, "keep", false, "keep the runs' databases and Redis keys (in-process mode)")
+		fs.DurationVar(&o.drainTimeout, "drain-timeout", time.Minute, "how long to wait for the queue to drain after a run")
+		fs.Int64Var(&o.i7Units, "i7-units", 200, "I7: at most this many remaining units are bought back by fresh buyers (the surplus is taken off the sale through the admin API first)")
+		fs.BoolVar(&o.quiet, "quiet", false, "no live progress line")
+		fs.StringVar(&o.machineNote, "machine-note", "", "a note on the machine for the report (e.g. \"shared with other jobs\")")
+	})
+	if err != nil {
+		return err
+	}
+	strategies, err := o.validate()
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if getenv("FLASHSALE_LOG_LEVEL") == "" {
+		cfg.LogLevel = "error" // the servers' warnings would garble the table
+	}
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	if o.target == "" {
+		cfg.AdminToken = randomHex(16)
+		if cfg.UserTokenSecret == "" {
+			cfg.UserTokenSecret = randomHex(16)
+		}
+	} else if cfg.AdminToken == "" || cfg.UserTokenSecret == "" {
+		return errors.New("bench: -target needs the target's -admin-token (to create the sales) and -user-token-secret (to sign buyers' tokens)")
+	}
+
+	b := &bench{o: o, cfg: cfg, log: log, stderr: stderr}
+	rep := &loadgen.Report{Setup: b.setup(args, strategies)}
+	var empty *loadgen.Result
+	if o.baselines {
+		if empty, err = b.emptyBaseline(ctx, rep); err != nil {
+			return fmt.Errorf("bench: empty handler baseline: %w", err)
+		}
+		if err = b.gateBaseline(ctx, rep); err != nil {
+			return fmt.Errorf("bench: redis gate baseline: %w", err)
+		}
+	}
+	for _, name := range strategies {
+		var res *loadgen.StrategyResult
+		var note string
+		if o.target == "" {
+			res, note, err = b.inProcess(ctx, name)
+		} else {
+			res, note, err = b.againstTarget(ctx, name)
+		}
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", name, err)
+		}
+		if note != "" && !slices.Contains(rep.Setup.Notes, note) {
+			rep.Setup.Notes = append(rep.Setup.Notes, note)
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	rep.WriteTable(stdout)
+	if o.jsonOut != "" {
+		if err := rep.WriteJSON(o.jsonOut); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		fmt.Fprintf(stdout, "JSON report: %s\n", o.jsonOut)
+	}
+	if o.htmlOut != "" {
+		if err := rep.WriteHTML(o.htmlOut, empty); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		fmt.Fprintf(stdout, "HTML report: %s\n", o.htmlOut)
+	}
+	var bad []string
+	for _, r := range rep.Results {
+		if !r.InvariantsOK {
+			bad = append(bad, r.Strategy)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("bench: invariants violated (oversold, lost, doubled or stranded stock) with %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+func (o *benchOptions) validate() ([]string, error) {
+	switch {
+	case o.duration <= 0 || o.duration > time.Hour:
+		return nil, errors.New("-duration must be in (0, 1h]: every run is bounded in time")
+	case o.warmup < 0 || o.warmup > 10*time.Minute:
+		return nil, errors.New("-warmup must be in [0, 10m]")
+	case o.requests < 0:
+		return nil, errors.New("-requests must be 0 or more")
+	case o.mode != string(loadgen.Closed) && o.mode != string(loadgen.Open):
+		return nil, fmt.Errorf("-mode must be closed or open, got %q", o.mode)
+	case o.buyers < 1 || o.buyers > 100000:
+		return nil, errors.New("-buyers must be 1..100000")
+	case o.mode == string(loadgen.Open) && !(o.rate > 0 && o.rate <= 1e6):
+		return nil, errors.New("-rate must be in (0, 1e6]")
+	case o.maxInFlight < 1 || o.maxInFlight > 100000:
+		return nil, errors.New("-max-in-flight must be 1..100000")
+	case o.stock < 1 || o.stock > sale.MaxStock:
+		return nil, fmt.Errorf("-stock must be 1..%d", sale.MaxStock)
+	case o.skus < 1 || o.skus > 10000:
+		return nil, errors.New("-skus must be 1..10000")
+	case o.limit < 1 || o.limit > sale.MaxPerUserLimit:
+		return nil, fmt.Errorf("-per-user-limit must be 1..%d", sale.MaxPerUserLimit)
+	case o.i7Units < 0:
+		return nil, errors.New("-i7-units must be 0 or more")
+	}
+	if _, err := loadgen.NewScenario(loadgen.ScenarioConfig{Name: o.scenario, Stock: o.stock, SKUs: o.skus, PerUserLimit: o.limit, RunID: "x"}); err != nil {
+		return nil, err
+	}
+	if o.target != "" {
+		if err := loadgen.CheckLoopback(o.target); err != nil {
+			return nil, err
+		}
+	}
+	// Every request in flight holds a client socket, and in-process a
+	// server socket too; running out of descriptors would be measured as
+	// transport errors.
+	conns := o.buyers
+	if o.mode == string(loadgen.Open) {
+		conns = o.maxInFlight
+	}
+	need := conns + 512
+	if o.target == "" {
+		need += conns
+	}
+	if limit := loadgen.FileLimit(); limit > 0 && need > limit {
+		return nil, fmt.Errorf("%d connections need about %d file descriptors, the limit is %d: lower -buyers or -max-in-flight, or raise ulimit -n", conns, need, limit)
+	}
+	list := o.strategies
+	if list == "" {
+		list = strings.Join(strategy.Names(), ",")
+		if o.target != "" {
+			list = strategy.Pipeline
+		}
+	}
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if err := strategy.Valid(s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	if o.target != "" && len(out) != 1 {
+		return nil, errors.New("-target runs one strategy: name the one the target is configured with (-strategies)")
+	}
+	return out, nil
+}
+
+type bench struct {
+	o      benchOptions
+	cfg    config
+	log    *slog.Logger
+	stderr io.Writer
+}
+
+func (b *bench) genConfig(label string) loadgen.Config {
+	c := loadgen.Config{Mode: loadgen.Mode(b.o.mode), Concurrency: b.o.buyers, Rate: b.o.rate, Duration: b.o.duration,
+		Warmup: b.o.warmup, Requests: b.o.requests}
+	if c.Mode == loadgen.Open {
+		c.Concurrency = b.o.maxInFlight
+	}
+	if !b.o.quiet {
+		c.Progress = progressLine(b.stderr, label)
+	}
+	return c
+}
+
+func (b *bench) conns() int {
+	if b.o.mode == string(loadgen.Open) {
+		return b.o.maxInFlight
+	}
+	return b.o.buyers
+}
+
+func (b *bench) scenario() (*loadgen.Scenario, error) {
+	return loadgen.NewScenario(loadgen.ScenarioConfig{Name: b.o.scenario, Stock: b.o.stock, SKUs: b.o.skus,
+		PerUserLimit: b.o.limit, RunID: randomHex(4)})
+}
+
+// progressLine returns a generator progress callback printing one live line.
+func progressLine(w io.Writer, label string) func(loadgen.Progress) {
+	var lastDone int64
+	var lastAt time.Duration
+	return func(p loadgen.Progress) {
+		rate := 0.0
+		if dt := (p.Elapsed - lastAt).Seconds(); dt > 0 {
+			rate = float64(p.Done-lastDone) / dt
+		}
+		lastDone, lastAt = p.Done, p.Elapsed
+		if p.Elapsed < 0 {
+			fmt.Fprintf(w, "\r%-16s warming up (%.1fs)%-80s", label, -p.Elapsed.Seconds(), "")
+			return
+		}
+		fmt.Fprintf(w, "\r%-16s %5.1fs/%-4gs %9d answers %8.0f/s  accepted %-7d sold_out %-8d errors %-6d in flight %-6d",
+			label, p.Elapsed.Seconds(), p.Duration.Seconds(), p.Done, rate, p.Codes["accepted"], p.Codes["sold_out"], p.Errors, p.InFlight)
+		if p.Final {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func (b *bench) status(format string, args ...any) {
+	if !b.o.quiet {
+		fmt.Fprintf(b.stderr, format+"\n", args...)
+	}
+}
+
+// emptyBaseline runs the scenario's requests against a handler that does
+// nothing: the most this machine and generator can do.
+func (b *bench) emptyBaseline(ctx context.Context, rep *loadgen.Report) (*loadgen.Result, error) {
+	base, stop, err := loadgen.StartEmptyServer()
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	cl, err := loadgen.NewClient(base, "", b.cfg.UserTokenSecret, b.conns())
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	sc, err := b.scenario()
+	if err != nil {
+		return nil, err
+	}
+	res, err := loadgen.Run(ctx, b.genConfig("empty handler"), sc.Op(cl))
+	if err != nil {
+		return nil, err
+	}
+	rep.Baselines.EmptyHandlerRPS = round1(res.Throughput())
+	return res, nil
+}
+
+// gateBaseline measures the reserve script alone through rueidis.
+func (b *bench) gateBaseline(ctx context.Context, rep *loadgen.Report) error {
+	rc, err := newRedis(b.cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	prefix := b.cfg.RedisPrefix + ":bench-gate-" + randomHex(4)
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = loadgen.DeleteKeys(cctx, rc, prefix)
+	}()
+	conc := b.conns()
+	b.status("%-16s %d goroutines for %v...", "redis gate", conc, b.o.duration)
+	rps, err := loadgen.GateBaseline(ctx, rc, prefix, conc, b.o.duration)
+	if err != nil {
+		return err
+	}
+	rep.Baselines.RedisGateRPS = round1(rps)
+	b.status("%-16s %.0f reserves/s", "redis gate", rps)
+	return nil
+}
+
+func round1(x float64) float64 { return float64(int64(x*10+0.5)) / 10 }
+
+func newRedis(redisURL string) (rueidis.Client, error) {
+	opt, err := rueidis.ParseURL(redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	opt.DisableCache = true
+	return rueidis.NewClient(opt)
+}
+
+// inProcess starts a flashsale with strategy name on a fresh database,
+// Redis prefix and embedded JetStream, runs the scenario against it,
+// checks, and removes what it made (unless -keep).
+func (b *bench) inProcess(ctx context.Context, name string) (_ *loadgen.StrategyResult, note string, err error) {
+	c := b.cfg
+	c.PurchaseStrategy = name
+	dbName := "flashsale_bench_" + randomHex(6)
+	if c.DatabaseURL, err = withDatabaseName(b.cfg.DatabaseURL, dbName); err != nil {
+		return nil, "", err
+	}
+	c.RedisPrefix = b.cfg.RedisPrefix + ":bench-" + randomHex(4)
+	c.NATSURL = "embedded" // a shared external stream would mix the runs
+	if c.DataDir, err = os.MkdirTemp("", "flashsale-bench-*"); err != nil {
+		return nil, "", err
+	}
+	b.status("%-16s starting (database %s, redis prefix %s)...", name, dbName, c.RedisPrefix)
+	a, err := start(ctx, c, b.log)
+	if err != nil {
+		os.RemoveAll(c.DataDir)
+		b.cleanup(ctx, c, dbName)
+		return nil, "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		a.close()
+		return nil, "", err
+	}
+	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan error, 1)
+	go func() { served <- a.serve(sctx, ln) }()
+	defer func() {
+		stop()
+		<-served
+		os.RemoveAll(c.DataDir)
+		if !b.o.keep {
+			b.cleanup(ctx, c, dbName)
+		}
+	}()
+
+	cl, err := loadgen.NewClient("http://"+ln.Addr().String(), c.AdminToken, c.UserTokenSecret, b.conns())
+	if err != nil {
+		return nil, "", err
+	}
+	defer cl.Close()
+	chk := loadgen.Checker{DB: a.store.Pool(), DrainTimeout: b.o.drainTimeout}
+	if name == strategy.Pipeline {
+		chk.Gate = a.gate
+	}
+	return b.measure(ctx, name, cl, chk, a.redis)
+}
+
+// againstTarget runs the scenario against the running flashsale at -target
+// and checks its stores.
+func (b *bench) againstTarget(ctx context.Context, name string) (*loadgen.StrategyResult, string, error) {
+	a, err := openForCheck(ctx, b.cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("opening the target's stores for the checks: %w", err)
+	}
+	defer a.close()
+	cl, err := loadgen.NewClient(b.o.target, b.cfg.AdminToken, b.cfg.UserTokenSecret, b.conns())
+	if err != nil {
+		return nil, "", err
+	}
+	defer cl.Close()
+	chk := loadgen.Checker{DB: a.store.Pool(), DrainTimeout: b.o.drainTimeout}
+	if name == strategy.Pipeline {
+		chk.Gate = a.gate
+	}
+	return b.measure(ctx, name, cl, chk, a.redis)
+}
+
+// measure sets the scenario up, runs it, drains and checks.
+// rc reads the pipeline's backlog during the run.
+func (b *bench) measure(ctx context.Context, name string, cl *loadgen.Client, chk loadgen.Checker, rc rueidis.Client) (*loadgen.StrategyResult, string, error) {
+	sc, err := b.scenario()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := sc.Setup(ctx, cl); err != nil {
+		return nil, "", fmt.Errorf("setting the sale up: %w", err)
+	}
+	stopProfile, err := b.profile(name)
+	if err != nil {
+		return nil, "", err
+	}
+	stopBacklog := func() []loadgen.BacklogPoint { return nil }
+	if chk.Gate != nil {
+		stopBacklog = loadgen.SampleBacklog(ctx, rc, chk.Gate, sc.SKUs(), 100*time.Millisecond)
+	}
+	run, err := loadgen.Run(ctx, b.genConfig(name), sc.Op(cl))
+	backlog := stopBacklog()
+	stopProfile()
+	if err != nil {
+		return nil, "", err
+	}
+	b.status("%-16s draining and checking I1-I7...", name)
+	v, err := chk.Check(ctx, sc.Accepted())
+	if err != nil {
+		return nil, "", fmt.Errorf("checking: %w", err)
+	}
+	if err := chk.CheckI7(ctx, cl, sc, b.o.i7Units, v); err != nil {
+		return nil, "", fmt.Errorf("checking I7: %w", err)
+	}
+	var accepted int64
+	for _, ids := range sc.Accepted() {
+		accepted += int64(len(ids))
+	}
+	res := loadgen.NewStrategyResult(name, run, v, accepted)
+	res.Backlog = backlog
+	verdict := "invariants hold"
+	if !res.InvariantsOK {
+		verdict = fmt.Sprintf("VIOLATED: %s", strings.Join(v.Violations, "; "))
+	}
+	b.status("%-16s %.0f req/s, p99 %.1f ms, drained in %.2fs, %s", name, res.ThroughputRPS, res.P99Ms, res.DrainSeconds, verdict)
+	return res, sc.Note, nil
+}
+
+// profile starts a CPU profile of the run if -cpuprofile is set.
+func (b *bench) profile(name string) (stop func(), err error) {
+	if b.o.cpuprofile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(b.o.cpuprofile + "-" + name + ".pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// cleanup drops the run's database and deletes its Redis keys.
+func (b *bench) cleanup(ctx context.Context, c config, dbName string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := dropDatabase(cctx, b.cfg.DatabaseURL, dbName); err != nil {
+		fmt.Fprintf(b.stderr, "bench: dropping database %s: %v\n", dbName, err)
+	}
+	rc, err := newRedis(c.RedisURL)
+	if err == nil {
+		err = loadgen.DeleteKeys(cctx, rc, c.RedisPrefix)
+		rc.Close()
+	}
+	if err != nil {
+		fmt.Fprintf(b.stderr, "bench: deleting redis keys %s:*: %v\n", c.RedisPrefix, err)
+	}
+}
+
+// withDatabaseName returns the connection string base (a postgres:// URL or
+// a keyword/value DSN) naming database name instead.
+func withDatabaseName(base, name string) (string, error) {
+	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
+		u, err := url.Parse(base)
+		if err != nil {
+			return "", fmt.Errorf("database url: %w", err)
+		}
+		u.Path, u.RawPath = "/"+name, ""
+		return u.String(), nil
+	}
+	return strings.TrimSpace(base) + " dbname=" + name, nil
+}
+
+// dropDatabase drops name on the server of base, through its maintenance database.
+func dropDatabase(ctx context.Context, base, name string) error {
+	mu, err := withDatabaseName(base, "postgres")
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, mu)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	return err
+}
+
+// setup describes the run for the report.
+func (b *bench) setup(args, strategies []string) loadgen.Setup {
+	o := b.o
+	s := loadgen.Setup{
+		Scenario: o.scenario, Mode: loadgen.Mode(o.mode), Buyers: o.buyers, DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(),
+		RequestLimit: o.requests, Stock: o.stock, SKUs: 1, PerUserLimit: o.limit, Strategies: strategies,
+		Target:  "in-process (a fresh flashsale per strategy: own database, Redis prefix, embedded JetStream)",
+		Started: time.Now().UTC(), Command: commandLine(redactArgs(args)),
+		Machine: loadgen.Machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), OS: runtime.GOOS, Arch: runtime.GOARCH,
+			Go: runtime.Version(), CPUModel: cpuModel(), Note: o.machineNote},
+		Server: map[string]string{
+			"db_max_conns":       strconv.Itoa(b.cfg.DBMaxConns),
+			"apply_batch":        strconv.Itoa(b.cfg.ApplyBatch),
+			"apply_workers":      strconv.Itoa(b.cfg.ApplyWorkers),
+			"stream_ack_timeout": b.cfg.StreamAck.String(),
+			"nats_sync_always":   strconv.FormatBool(b.cfg.NATSSyncAlways),
+		},
+	}
+	if o.mode == string(loadgen.Open) {
+		s.Rate, s.Buyers = o.rate, o.maxInFlight
+	}
+	if o.scenario == loadgen.Many {
+		s.SKUs = o.skus
+	}
+	if o.target != "" {
+		s.Target = o.target
+		s.Server = nil
+	}
+	return s
+}
+
+// commandLine renders args as a shell command line of flashsale bench.
+func commandLine(args []string) string {
+	out := []string{"flashsale", "bench"}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t'\"$&|;<>*?()[]{}`\\") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out = append(out, a)
+	}
+	return strings.Join(out, " ")
+}
+
+// redactArgs hides secrets in a command line: token and secret values,
+// passwords in URLs.
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	hideNext := false
+	for i, a := range args {
+		if hideNext {
+			out[i], hideNext = "REDACTED", false
+			continue
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		secret := strings.HasPrefix(a, "-") && (strings.Contains(name, "token") || strings.Contains(name, "secret"))
+		switch {
+		case secret && hasVal:
+			out[i] = a[:len(a)-len(val)] + "REDACTED"
+		case secret:
+			out[i], hideNext = a, true
+		default:
+			out[i] = redactURL(a)
+		}
+	}
+	return out
+}
+
+func redactURL(s string) string {
+	prefix, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	userinfo, host, ok := strings.Cut(rest, "@")
+	if !ok {
+		return s
+	}
+	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
+		return prefix + "://" + user + ":REDACTED@" + host
+	}
+	return s
+}
+
+// cpuModel returns the CPU's model name on Linux ("" elsewhere).
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// stateCollector exports, on each scrape, the live state the dashboard
+// shows: queue backlog, outbox, dead letters, per-SKU stock in Redis and in
+// the database (sales listed by the overview: active ones and those ended
+// within the hour), and the database pool. Reads are bounded by a timeout;
+// a figure that cannot be read is left out of that scrape.
+type stateCollector struct{ a *app }
+
+var (
+	descQueuePending = prometheus.NewDesc("flashsale_queue_pending_messages", "Reservations in the stream not yet delivered to the consumer.", nil, nil)
+	descAckPending   = prometheus.NewDesc("flashsale_queue_ack_pending_messages", "Reservations delivered to the consumer and not yet acknowledged.", nil, nil)
+	descDeadLetters  = prometheus.NewDesc("flashsale_dead_letters_pending", "Reservations waiting in the dead-letter stream for an operator.", nil, nil)
+	descOutbox       = prometheus.NewDesc("flashsale_outbox_entries", "Reservations in the Redis outbox not yet acknowledged by the stream, per SKU.", []string{"sku_id"}, nil)
+	descStock        = prometheus.NewDesc("flashsale_stock_units", "Stock per SKU: store=redis is what the gate will still sell, store=db the database stock.", []string{"sku_id", "store"}, nil)
+	descInFlight     = prometheus.NewDesc("flashsale_in_flight_units", "Units reserved by the gate and not yet decided by the database, per SKU.", []string{"sku_id"}, nil)
+	descPool         = prometheus.NewDesc("flashsale_db_pool_connections", "PostgreSQL pool connections by state (acquired, idle, total, max).", []string{"state"}, nil)
+	descPoolWaits    = prometheus.NewDesc("flashsale_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.", nil, nil)
+)
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueuePending, descAckPending, descDeadLetters, descOutbox, descStock, descInFlight, descPool, descPoolWaits} {
+		ch <- d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	st := c.a.store.Pool().Stat()
+	gauge(descPool, float64(st.AcquiredConns()), "acquired")
+	gauge(descPool, float64(st.IdleConns()), "idle")
+	gauge(descPool, float64(st.TotalConns()), "total")
+	gauge(descPool, float64(st.MaxConns()), "max")
+	ch <- prometheus.MustNewConstMetric(descPoolWaits, prometheus.CounterValue, float64(st.EmptyAcquireCount()))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	v, _ := c.a.overview(ctx)
+	ov, ok := v.(overview)
+	if !ok {
+		return
+	}
+	if p := ov.Pipeline; p.QueuePending != nil {
+		gauge(descQueuePending, float64(*p.QueuePending))
+	}
+	if p := ov.Pipeline; p.QueueAckPending != nil {
+		gauge(descAckPending, float64(*p.QueueAckPending))
+	}
+	if p := ov.Pipeline; p.DeadLetters != nil {
+		gauge(descDeadLetters, float64(*p.DeadLetters))
+	}
+	for _, s := range ov.Sales {
+		gauge(descStock, float64(s.DBStock), s.SKU, "db")
+		if s.RedisLoaded != nil && *s.RedisLoaded && s.RedisAvailable != nil {
+			gauge(descStock, float64(*s.RedisAvailable), s.SKU, "redis")
+		}
+		if s.InFlightUnits != nil {
+			gauge(descInFlight, float64(*s.InFlightUnits), s.SKU)
+		}
+		if s.Outbox != nil {
+			gauge(descOutbox, float64(*s.Outbox), s.SKU)
+		}
+	}
+}

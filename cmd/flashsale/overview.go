@@ -1,0 +1,212 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/sale"
+)
+
+// overviewRoute is the route whose latency the overview reports: purchases.
+const overviewRoute = "POST /api/v1/orders"
+
+const (
+	// overviewMaxSales bounds the sales listed (most recently changed first).
+	overviewMaxSales = 50
+	// overviewEndedFor keeps a sale listed this long after it ended.
+	overviewEndedFor = time.Hour
+	// overviewTimeout bounds each source, so one hung dependency still
+	// leaves an answer with the others' figures.
+	overviewTimeout = 2 * time.Second
+)
+
+// overview is the body of GET /admin/v1/overview, the dashboard's data. A
+// figure that could not be read is null and its source is named in Errors.
+type overview struct {
+	Now       time.Time         `json:"now"`
+	Sales     []saleOverview    `json:"sales"`
+	MoreSales int               `json:"more_sales"` // listed sales left out (over overviewMaxSales)
+	Pipeline  pipelineOverview  `json:"pipeline"`
+	Counters  countersOverview  `json:"counters"`
+	Reconcile *reconcile.Report `json:"reconcile"` // this instance's last reconcile pass; null before the first
+	Errors    map[string]string `json:"errors,omitempty"`
+}
+
+// saleOverview is one sale: configuration from PostgreSQL, live figures from
+// Redis (the gate's view) and PostgreSQL (the record).
+type saleOverview struct {
+	SKU          string     `json:"sku_id"`
+	State        string     `json:"state"`
+	StartsAt     *time.Time `json:"starts_at"`
+	EndsAt       *time.Time `json:"ends_at"`
+	PerUserLimit int64      `json:"per_user_limit"`
+	TotalStock   int64      `json:"total_stock"`
+	DBStock      int64      `json:"db_stock"`
+	UpdatedAt    time.Time  `json:"updated_at"`
+	RedisLoaded  *bool      `json:"redis_loaded"`
+	// RedisAvailable is the units the gate will still sell.
+	RedisAvailable *int64 `json:"redis_available"`
+	// InFlight counts reservations accepted by the gate and not yet decided
+	// by the database (Redis res entries); InFlightUnits their units.
+	InFlight      *int64 `json:"in_flight"`
+	InFlightUnits *int64 `json:"in_flight_units"`
+	// Outbox counts reservations not yet acknowledged by the stream.
+	Outbox *int64 `json:"outbox"`
+}
+
+type pipelineOverview struct {
+	QueueMessages   *uint64 `json:"queue_messages"`
+	QueuePending    *uint64 `json:"queue_pending"`     // not yet delivered to the consumer
+	QueueAckPending *int    `json:"queue_ack_pending"` // delivered, not yet acknowledged
+	DeadLetters     *uint64 `json:"dead_letters"`
+	Breaker         string  `json:"breaker"`
+}
+
+// countersOverview is this instance's counters since it started.
+type countersOverview struct {
+	metrics.Snapshot
+	// OrderLatency is the latency of POST /api/v1/orders: cumulative
+	// buckets (a reader takes the difference of two readings for a window)
+	// and percentiles since the start.
+	OrderLatency latencyOverview `json:"order_latency"`
+}
+
+type latencyOverview struct {
+	metrics.Histogram
+	P50ms *float64 `json:"p50_ms"`
+	P95ms *float64 `json:"p95_ms"`
+	P99ms *float64 `json:"p99_ms"`
+}
+
+// overview reads the live state of every recent sale and of the pipeline. It
+// returns an error only for a context that is done: a source that fails
+// leaves its figures null and is named in the answer's errors.
+func (a *app) overview(ctx context.Context) (any, error) {
+	now := time.Now()
+	ov := overview{Now: now.UTC(), Sales: []saleOverview{}}
+	var mu sync.Mutex
+	fail := func(source string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ov.Errors == nil {
+			ov.Errors = map[string]string{}
+		}
+		if _, ok := ov.Errors[source]; !ok {
+			ov.Errors[source] = err.Error()
+		}
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() { a.overviewPipeline(ctx, &ov.Pipeline, fail) })
+
+	// The database's figures are fresh; the catalog (refreshed every few
+	// seconds) stands in while the database does not answer.
+	dctx, cancel := context.WithTimeout(ctx, overviewTimeout)
+	skus, err := a.store.SKUs(dctx)
+	cancel()
+	if err != nil {
+		fail("postgres", err)
+		skus = a.catalog.All()
+	}
+	skus = slices.DeleteFunc(skus, func(s sale.SKU) bool {
+		return !s.EndsAt.IsZero() && now.Sub(s.EndsAt) > overviewEndedFor
+	})
+	slices.SortFunc(skus, func(x, y sale.SKU) int {
+		return cmp.Or(y.UpdatedAt.Compare(x.UpdatedAt), cmp.Compare(x.ID, y.ID))
+	})
+	if len(skus) > overviewMaxSales {
+		ov.MoreSales = len(skus) - overviewMaxSales
+		skus = skus[:overviewMaxSales]
+	}
+	ov.Sales = make([]saleOverview, len(skus))
+	rctx, cancel := context.WithTimeout(ctx, overviewTimeout)
+	defer cancel()
+	for i, s := range skus {
+		ov.Sales[i] = saleOverview{SKU: s.ID, StartsAt: timePtr(s.StartsAt), EndsAt: timePtr(s.EndsAt),
+			PerUserLimit: s.PerUserLimit, TotalStock: s.TotalStock, DBStock: s.Stock, UpdatedAt: s.UpdatedAt}
+		wg.Go(func() { a.overviewRedis(rctx, &ov.Sales[i], fail) })
+	}
+
+	if a.reconciler != nil {
+		ov.Reconcile = a.reconciler.Last()
+	}
+	snap := a.metrics.Snapshot()
+	ov.Counters = countersOverview{Snapshot: snap, OrderLatency: latencyOf(snap.Latency[overviewRoute])}
+	wg.Wait()
+
+	for i, s := range skus {
+		avail := s.Stock
+		if so := ov.Sales[i]; so.RedisAvailable != nil && *so.RedisLoaded {
+			avail = *so.RedisAvailable
+		}
+		ov.Sales[i].State = string(s.State(now, avail))
+	}
+	return ov, ctx.Err()
+}
+
+// overviewRedis fills in the gate's figures of one sale.
+func (a *app) overviewRedis(ctx context.Context, so *saleOverview, fail func(string, error)) {
+	f, err := a.gate.ReadInFlight(ctx, so.SKU)
+	if err != nil {
+		fail("redis", err)
+		return
+	}
+	n, units := int64(len(f.Reservations)), f.Units()
+	so.RedisLoaded, so.InFlight, so.InFlightUnits = &f.Loaded, &n, &units
+	if f.Loaded {
+		so.RedisAvailable = &f.Available
+	}
+	out, err := a.gate.OutboxLen(ctx, so.SKU)
+	if err != nil {
+		fail("redis", err)
+		return
+	}
+	so.Outbox = &out
+}
+
+// overviewPipeline fills in the queue's backlog, the dead letters and the breaker.
+func (a *app) overviewPipeline(ctx context.Context, p *pipelineOverview, fail func(string, error)) {
+	p.Breaker = a.buy.BreakerState()
+	ctx, cancel := context.WithTimeout(ctx, overviewTimeout)
+	defer cancel()
+	if st, err := a.queue.Stats(ctx); err != nil {
+		fail("jetstream", err)
+	} else {
+		p.QueueMessages, p.QueuePending, p.QueueAckPending = &st.Messages, &st.Pending, &st.AckPending
+	}
+	if n, err := a.queue.DeadLetterCount(ctx); err != nil {
+		fail("jetstream", err)
+	} else {
+		p.DeadLetters = &n
+	}
+}
+
+func latencyOf(h metrics.Histogram) latencyOverview {
+	l := latencyOverview{Histogram: h}
+	if l.Buckets == nil {
+		l.Buckets = []metrics.Bucket{}
+	}
+	ms := func(q float64) *float64 {
+		s, ok := h.Quantile(q)
+		if !ok {
+			return nil
+		}
+		v := s * 1000
+		return &v
+	}
+	l.P50ms, l.P95ms, l.P99ms = ms(.5), ms(.95), ms(.99)
+	return l
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

@@ -1,0 +1,539 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// scriptCalls returns how many scripts (EVALSHA and EVAL) the Redis server
+// of h has run, from INFO commandstats. Only meaningful on a private server.
+func scriptCalls(t *testing.T, h *harness) int64 {
+	t.Helper()
+	c := h.a.redis
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				c, _ := strconv.ParseInt(v, 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// quietScripts runs f and returns how many scripts Redis ran meanwhile. The
+// service's own background work (the janitor each minute, the reconciler)
+// may run a script at any time, so a non-zero count is measured again: a
+// leak shows up every time, a background script once.
+func quietScripts(t *testing.T, h *harness, f func()) int64 {
+	t.Helper()
+	var least int64 = -1
+	for attempt := 0; attempt < 3; attempt++ {
+		before := scriptCalls(t, h)
+		f()
+		d := scriptCalls(t, h) - before
+		if least < 0 || d < least {
+			least = d
+		}
+		if least == 0 {
+			break
+		}
+	}
+	return least
+}
+
+// TestJunkNeverReachesGate: unknown SKUs, requests before or after the sale
+// window and purchases of a sold-out SKU are answered from memory: the Redis
+// gate (a script call) never runs for them. Counted on a private
+// redis-server with INFO commandstats.
+func TestJunkNeverReachesGate(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	h := newHarness(t, testConfig(t, "external", "FLASHSALE_REDIS_URL", rs.URL, "FLASHSALE_SOLD_OUT_TTL", "1h"))
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	pastStart := time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339)
+	if r := h.putSKU("later", `{"stock":5,"per_user_limit":1,"starts_at":"`+future+`"}`); r.Status != http.StatusCreated {
+		t.Fatal(r.Raw)
+	}
+	if r := h.putSKU("over", `{"stock":5,"per_user_limit":1,"starts_at":"`+pastStart+`","ends_at":"`+past+`"}`); r.Status != http.StatusCreated {
+		t.Fatal(r.Raw)
+	}
+	h.mustPutSKU("live", 3, 1)
+	var accepted []string
+	for i := 0; i < 3; i++ {
+		r := h.buy(fmt.Sprintf("early-%d", i), "live", 1, fmt.Sprintf("k%d", i))
+		if r.Status != http.StatusAccepted {
+			t.Fatal(r.Raw)
+		}
+		accepted = append(accepted, r.str("order_id"))
+	}
+	settle(t, h.a, "live", accepted, 20*time.Second)
+
+	// The counter works: one purchase that does reach the gate is seen.
+	h.mustPutSKU("control", 5, 1)
+	before := scriptCalls(t, h)
+	if r := h.buy("control-buyer", "control", 1, ""); r.Status != http.StatusAccepted {
+		t.Fatal(r.Raw)
+	}
+	if d := scriptCalls(t, h) - before; d < 1 {
+		t.Fatalf("a purchase that reached the gate ran %d scripts", d)
+	}
+
+	type junk struct {
+		sku, code string
+		status    int
+	}
+	classes := []junk{
+		{"no-such-sku", "unknown_sku", http.StatusNotFound},
+		{"later", "sale_not_started", http.StatusConflict},
+		{"over", "sale_ended", http.StatusConflict},
+		{"live", "sold_out", http.StatusConflict},
+	}
+	for _, c := range classes {
+		t.Run(c.code, func(t *testing.T) {
+			var bad atomic.Int64
+			d := quietScripts(t, h, func() {
+				var wg sync.WaitGroup
+				for i := 0; i < 100; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						sku := c.sku
+						if c.code == "unknown_sku" {
+							sku = fmt.Sprintf("junk-%d", i)
+						}
+						r := h.buy(fmt.Sprintf("late-%d", i), sku, 1, "")
+						if r.Status != c.status || r.code() != c.code {
+							bad.Add(1)
+							t.Errorf("%s: %d %s, want %d %s", sku, r.Status, r.Raw, c.status, c.code)
+						}
+					}()
+				}
+				wg.Wait()
+			})
+			if d != 0 {
+				t.Fatalf("%d gate calls for %s requests, want 0", d, c.code)
+			}
+		})
+	}
+	// A retry of a sold-out SKU with the key that bought it still gets its
+	// order (one HGET, no script).
+	if d := quietScripts(t, h, func() {
+		if r := h.buy("early-1", "live", 1, "k1"); r.Status != http.StatusAccepted || r.str("order_id") != accepted[1] {
+			t.Errorf("keyed retry after sell-out: %d %s, want order %s", r.Status, r.Raw, accepted[1])
+		}
+	}); d != 0 {
+		t.Fatalf("keyed retry ran %d scripts", d)
+	}
+	settle(t, h.a, "live", accepted, 20*time.Second)
+}
+
+// TestFloodIsLimited: one user hammering gets 429 rate_limited with
+// Retry-After, so does a bot rotating user ids from one address, while 2,000
+// honest buyers (each from its own address, through a trusted proxy) buy the
+// whole stock; no honest buyer is limited and every invariant holds.
+func TestFloodIsLimited(t *testing.T) {
+	const stock, buyers = 400, 2000
+	h := newHarness(t, testConfig(t, "external",
+		"FLASHSALE_TRUSTED_PROXIES", "127.0.0.1/32, ::1",
+		"FLASHSALE_RATE_LIMIT_IP", "5", "FLASHSALE_RATE_LIMIT_IP_BURST", "10"))
+	h.mustPutSKU("hot", stock, 1)
+
+	type tally struct {
+		mu       sync.Mutex
+		codes    map[string]int
+		accepted map[string]string // order id -> user
+		badRetry int
+	}
+	newTally := func() *tally { return &tally{codes: map[string]int{}, accepted: map[string]string{}} }
+	record := func(tl *tally, user string, r reply, hdr http.Header) {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		switch {
+		case r.Status == http.StatusAccepted:
+			tl.codes["accepted"]++
+			tl.accepted[r.str("order_id")] = user
+		case r.Status == 0:
+			tl.codes["transport"]++
+		default:
+			tl.codes[r.code()]++
+		}
+		if r.Status == http.StatusTooManyRequests {
+			if n, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || n < 1 {
+				tl.badRetry++
+			}
+		}
+	}
+	buyAs := func(tl *tally, user, ip, key string) {
+		req, err := http.NewRequest(http.MethodPost, h.srvURL+"/api/v1/orders", strings.NewReader(`{"sku_id":"hot","quantity":1}`))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+userToken(t, user))
+		req.Header.Set("X-Forwarded-For", ip)
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		var r reply
+		resp, err := h.hc.Do(req)
+		if err != nil {
+			record(tl, user, r, nil)
+			return
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		r.Status, r.Raw = resp.StatusCode, string(raw)
+		_ = json.Unmarshal(raw, &r.Body)
+		record(tl, user, r, resp.Header)
+	}
+
+	honest, flooder, bot := newTally(), newTally(), newTally()
+	stop := make(chan struct{})
+	var fw sync.WaitGroup
+	var botN atomic.Int64
+	for w := 0; w < 4; w++ {
+		fw.Add(2)
+		go func() { // one user, hammering
+			defer fw.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				buyAs(flooder, "flooder", "198.51.100.7", "")
+			}
+		}()
+		go func() { // a bot with many accounts behind one address
+			defer fw.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				u := fmt.Sprintf("bot-%d", botN.Add(1))
+				buyAs(bot, u, "198.51.100.66", "")
+			}
+		}()
+	}
+
+	start := time.Now()
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				user := fmt.Sprintf("buyer-%d", i)
+				ip := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+				clicks := 1
+				if i%5 == 0 {
+					clicks = 2 // an impatient double click
+				}
+				for c := 0; c < clicks; c++ {
+					buyAs(honest, user, ip, fmt.Sprintf("hot-%d-%d", i, c))
+				}
+			}
+		}()
+	}
+	for i := 0; i < buyers; i++ {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	close(stop)
+	fw.Wait()
+	elapsed := time.Since(start)
+	t.Logf("in %v: honest %v; flooder %v; bot %v", elapsed.Round(time.Millisecond), honest.codes, flooder.codes, bot.codes)
+
+	if honest.codes["rate_limited"] != 0 || honest.codes["transport"] != 0 {
+		t.Errorf("honest buyers were limited or lost: %v", honest.codes)
+	}
+	if flooder.codes["accepted"] > 1 {
+		t.Errorf("the flooder bought %d units (per-user limit 1)", flooder.codes["accepted"])
+	}
+	if flooder.codes["rate_limited"] == 0 || bot.codes["rate_limited"] == 0 {
+		t.Errorf("no 429 for the flooder (%v) or the bot (%v)", flooder.codes, bot.codes)
+	}
+	if flooder.badRetry+bot.badRetry > 0 {
+		t.Errorf("%d 429s without a whole-second Retry-After", flooder.badRetry+bot.badRetry)
+	}
+	// The bot's address may buy its burst plus 5 a second while the sale lasts.
+	if most := 10 + int(5*elapsed.Seconds()) + 5; bot.codes["accepted"] > most {
+		t.Errorf("the bot bought %d units behind one address, want at most %d", bot.codes["accepted"], most)
+	}
+	var ids []string
+	for _, tl := range []*tally{honest, flooder, bot} {
+		for id := range tl.accepted {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) != stock {
+		t.Errorf("%d purchases accepted, want the whole stock %d", len(ids), stock)
+	}
+	if honest.codes["accepted"] < stock-1-bot.codes["accepted"] {
+		t.Errorf("honest buyers got %d units", honest.codes["accepted"])
+	}
+	rep := settle(t, h.a, "hot", ids, 60*time.Second)
+	if rep.LiveUnits != stock || rep.MaxUserUnits > 1 {
+		t.Fatalf("after the sale: %+v", rep)
+	}
+}
+
+// TestReleasedUnitSoldAgain: a sold-out SKU is answered from memory, but a
+// unit given back by a cancellation is sold again at once on every
+// instance: the restorer announces it (the sold-out TTL here is an hour, so
+// only the notice can clear the flag).
+func TestReleasedUnitSoldAgain(t *testing.T) {
+	cfg := testConfig(t, "external", "FLASHSALE_SOLD_OUT_TTL", "1h", "FLASHSALE_CATALOG_REFRESH", "1h")
+	a, b := newHarness(t, cfg), newHarness(t, cfg)
+	a.mustPutSKU("one", 1, 1)
+	waitFor(t, 5*time.Second, "instance b learns the new sale", func() bool {
+		return b.do(http.MethodGet, "/api/v1/skus/one", "").Status == http.StatusOK
+	})
+	first := a.buy("alice", "one", 1, "")
+	if first.Status != http.StatusAccepted {
+		t.Fatal(first.Raw)
+	}
+	settle(t, a.a, "one", []string{first.str("order_id")}, 20*time.Second)
+	for _, h := range []*harness{a, b} {
+		if r := h.buy("bob", "one", 1, ""); r.code() != "sold_out" {
+			t.Fatalf("before the release: %d %s", r.Status, r.Raw)
+		}
+		if !h.a.buy.SoldOutFlagged("one") {
+			t.Fatal("sold-out flag not set")
+		}
+	}
+	if r := a.do(http.MethodPost, "/api/v1/orders/"+first.str("order_id")+"/cancel", "", "Authorization: Bearer "+userToken(t, "alice")); r.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	var second reply
+	waitFor(t, 5*time.Second, "the released unit is sold again on instance b", func() bool {
+		second = b.buy("bob", "one", 1, "bob-1")
+		return second.Status == http.StatusAccepted
+	})
+	if r := a.buy("carol", "one", 1, ""); r.code() != "sold_out" {
+		t.Fatalf("instance a after the resale: %d %s", r.Status, r.Raw)
+	}
+	rep := settle(t, a.a, "one", []string{second.str("order_id")}, 20*time.Second)
+	if rep.LiveUnits != 1 {
+		t.Fatalf("after the resale: %+v", rep)
+	}
+
+	// A restock through instance a reaches instance b's flag too.
+	if r := b.buy("dave", "one", 1, ""); r.code() != "sold_out" {
+		t.Fatalf("after the resale: %d %s", r.Status, r.Raw)
+	}
+	a.mustPutSKU("one", 2, 1)
+	waitFor(t, 5*time.Second, "the restocked unit is sold on instance b", func() bool {
+		return b.buy("dave", "one", 1, "dave-1").Status == http.StatusAccepted
+	})
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestOthersOrdersInvisible: a user cannot read, pay or cancel another
+// user's order; the answer is the same as for an order that does not exist.
+func TestOthersOrdersInvisible(t *testing.T) {
+	h := newHarness(t, testConfig(t, "external"))
+	h.mustPutSKU("s", 5, 1)
+	r := h.buy("alice", "s", 1, "")
+	if r.Status != http.StatusAccepted {
+		t.Fatal(r.Raw)
+	}
+	id := r.str("order_id")
+	check := func(when string) {
+		bob := "Authorization: Bearer " + userToken(t, "bob")
+		for _, req := range []struct{ method, path string }{
+			{http.MethodGet, "/api/v1/orders/" + id},
+			{http.MethodPost, "/api/v1/orders/" + id + "/pay"},
+			{http.MethodPost, "/api/v1/orders/" + id + "/cancel"},
+		} {
+			got := h.do(req.method, req.path, "", bob)
+			if got.Status != http.StatusNotFound || got.code() != "order_not_found" || strings.Contains(got.Raw, "alice") {
+				t.Errorf("%s: bob %s %s: %d %s, want 404 order_not_found", when, req.method, req.path, got.Status, got.Raw)
+			}
+		}
+		if got := h.do(http.MethodGet, "/api/v1/orders/"+id, "", "Authorization: Bearer "+userToken(t, "alice")); got.Status != http.StatusOK {
+			t.Errorf("%s: alice reads her order: %d %s", when, got.Status, got.Raw)
+		}
+	}
+	check("queued")
+	settle(t, h.a, "s", []string{id}, 20*time.Second)
+	check("in the database")
+	settle(t, h.a, "s", []string{id}, 20*time.Second) // nothing changed
+}
+
+// TestSlowClientsCut: the real server (its timeouts, header limit) cuts a
+// client that dribbles its headers, refuses oversized headers with 431, and
+// keeps serving others meanwhile.
+func TestSlowClientsCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the 5s header timeout")
+	}
+	h := newHarness(t, testConfig(t, "external"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- h.a.serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		<-served
+	})
+	addr := ln.Addr().String()
+
+	// Ten slow clients, each sending a header line a second and never finishing.
+	type result struct {
+		lines   int
+		elapsed time.Duration
+	}
+	results := make(chan result, 10)
+	for i := 0; i < 10; i++ {
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Error(err)
+				results <- result{}
+				return
+			}
+			defer c.Close()
+			start := time.Now()
+			closed := make(chan struct{})
+			go func() { _, _ = io.Copy(io.Discard, c); close(closed) }()
+			_, _ = io.WriteString(c, "POST /api/v1/orders HTTP/1.1\r\nHost: x\r\n")
+			lines := 0
+			for {
+				select {
+				case <-closed:
+					results <- result{lines, time.Since(start)}
+					return
+				case <-time.After(time.Second):
+				}
+				if time.Since(start) > 20*time.Second {
+					results <- result{lines, -1}
+					return
+				}
+				if _, err := fmt.Fprintf(c, "X-Slow-%d: %d\r\n", lines, lines); err != nil {
+					<-closed
+					results <- result{lines, time.Since(start)}
+					return
+				}
+				lines++
+			}
+		}()
+	}
+
+	// Meanwhile others are served.
+	time.Sleep(500 * time.Millisecond)
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz while slow clients hang on: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	// Headers past the limit: 431, the server stays up.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 64<<10))
+	status, _ := bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if !strings.Contains(status, "431") {
+		t.Errorf("oversized headers: %q, want 431", status)
+	}
+
+	for i := 0; i < 10; i++ {
+		r := <-results
+		if r.elapsed < 0 || r.elapsed > 9*time.Second {
+			t.Errorf("a slow client sent %d header lines and was not cut within 9s (%v)", r.lines, r.elapsed)
+		}
+	}
+	resp, err = http.Get("http://" + addr + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz after the slow clients: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+// TestTrustedGatewayMode: with the mode on, a trusted proxy names the user
+// in the header and needs no token; from an untrusted peer the header is
+// ignored. The settings are checked at start.
+func TestTrustedGatewayMode(t *testing.T) {
+	body := `{"sku_id":"g","quantity":1}`
+	trusted := newHarness(t, testConfig(t, "external",
+		"FLASHSALE_TRUSTED_PROXIES", "127.0.0.1", "FLASHSALE_TRUSTED_GATEWAY_HEADER", "X-User-Id"))
+	trusted.mustPutSKU("g", 5, 1)
+	if r := trusted.do(http.MethodPost, "/api/v1/orders", body, "X-User-Id: gw-alice"); r.Status != http.StatusAccepted {
+		t.Fatalf("from the trusted gateway: %d %s", r.Status, r.Raw)
+	}
+	if r := trusted.do(http.MethodPost, "/api/v1/orders", body, "X-User-Id: not a user"); r.Status != http.StatusUnauthorized {
+		t.Fatalf("a bad user id from the gateway: %d %s", r.Status, r.Raw)
+	}
+
+	untrusted := newHarness(t, testConfig(t, "external",
+		"FLASHSALE_TRUSTED_PROXIES", "10.0.0.0/8", "FLASHSALE_TRUSTED_GATEWAY_HEADER", "X-User-Id"))
+	untrusted.mustPutSKU("g", 5, 1)
+	if r := untrusted.do(http.MethodPost, "/api/v1/orders", body, "X-User-Id: gw-alice"); r.Status != http.StatusUnauthorized {
+		t.Fatalf("header from an untrusted peer: %d %s", r.Status, r.Raw)
+	}
+	if r := untrusted.do(http.MethodPost, "/api/v1/orders", body, "X-User-Id: gw-alice", "Authorization: Bearer "+userToken(t, "bob")); r.Status != http.StatusAccepted {
+		t.Fatalf("token from an untrusted peer: %d %s", r.Status, r.Raw)
+	}
+
+	for _, bad := range [][]string{
+		{"FLASHSALE_TRUSTED_GATEWAY_HEADER", "X-User-Id"}, // no trusted proxies
+		{"FLASHSALE_TRUSTED_PROXIES", "10.0.0.0/33"},
+		{"FLASHSALE_TRUSTED_PROXIES", "10.0.0.1", "FLASHSALE_TRUSTED_GATEWAY_HEADER", "Authorization"},
+		{"FLASHSALE_TRUSTED_PROXIES", "10.0.0.1", "FLASHSALE_TRUSTED_GATEWAY_HEADER", "X User"},
+		{"FLASHSALE_RATE_LIMIT_USER", "-1"},
+		{"FLASHSALE_RATE_LIMIT_IP_BURST", "-5"},
+		{"FLASHSALE_SOLD_OUT_TTL", "-1s"},
+	} {
+		env := map[string]string{}
+		for i := 0; i+1 < len(bad); i += 2 {
+			env[bad[i]] = bad[i+1]
+		}
+		if _, err := parseConfig("test", nil, func(k string) string { return env[k] }, io.Discard, nil); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package httpapi
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkDecode is the strict decode of a purchase body (depth check,
+// unknown fields refused, trailing data refused): once per purchase.
+func BenchmarkDecode(b *testing.B) {
+	body := []byte(`{"sku_id":"phone-2026-flash","quantity":1}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		var v orderRequest
+		if err := decodeJSON(body, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeRequest adds what decode does around it: Content-Type,
+// the body size limit and reading the body.
+func BenchmarkDecodeRequest(b *testing.B) {
+	const body = `{"sku_id":"phone-2026-flash","quantity":1}`
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/api/v1/orders", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		var v orderRequest
+		if err := decode(w, r, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkVerifyToken is the check of a buyer's JWT (HS256): once per
+// purchase. Sequential and with every CPU busy (RunParallel).
+func BenchmarkVerifyToken(b *testing.B) {
+	const secret = "bench-secret-of-reasonable-length"
+	tok, err := Sign(secret, "user-12345", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := NewUserAuth(secret)
+	b.Run("sequential", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := a.Verify(tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := a.Verify(tok); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}

@@ -1,0 +1,6 @@
+//go:build !unix
+
+package loadgen
+
+// FileLimit returns the most file descriptors this process may open (0 if unknown).
+func FileLimit() int { return 0 }
