@@ -106,7 +106,7 @@ func TestBenchEndToEnd(t *testing.T) {
 // TestBenchOtherStrategies: the remaining strategies on many SKUs, open loop.
 func TestBenchOtherStrategies(t *testing.T) {
 	rep, _, err := runBenchCmd(t, "-strategies", "db-pessimistic,db-optimistic,redis-lock", "-scenario", "many",
-		"-mode", "open", "-rate", "300", "-duration", "700ms", "-stock", "40", "-skus", "4", "-per-user-limit", "2", "-baselines=false")
+		"-mode", "open", "-rate", "300", "-max-in-flight", "200", "-duration", "700ms", "-stock", "40", "-skus", "4", "-per-user-limit", "2", "-baselines=false")
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}

@@ -38,7 +38,7 @@ RETURNING ` + orderColumnList
 // BuyDirect sells r straight from the database in one READ COMMITTED
 // transaction, without the Redis gate and the queue: the purchase path's
 // fallback while the gate is unavailable (circuit breaker open), and the
-// db-conditional strategy. It returns the order and whether it existed
+// db-pessimistic strategy of flashsale bench. It returns the order and whether it existed
 // before this call.
 //
 // It decides, in this order (all but the first under the inventory row lock

@@ -201,7 +201,11 @@ func (s *Store) release(ctx context.Context, id, user, cause string, now time.Ti
 		o, again, err = s.releaseOnce(ctx, id, user, cause, now, due)
 		if !errors.Is(err, errRaced) || attempt == 3 {
 			if errors.Is(err, errRaced) {
-				err = errNotDue
+				if due != nil {
+					err = errNotDue // Expire: try again at the next trigger
+				} else {
+					err = fmt.Errorf("orderstore: release %s: %w: the order kept changing, retry", id, sale.ErrUnavailable)
+				}
 			}
 			return o, again, err
 		}

@@ -224,7 +224,7 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	if s.seller != nil {
 		o, dup, err := s.seller.BuyDirect(ctx, r, now)
 		if err != nil {
-			if isBusiness(err) {
+			if isBusiness(err) || errors.Is(err, sale.ErrBusy) {
 				return Result{}, err
 			}
 			return Result{}, fmt.Errorf("%w: %v", sale.ErrUnavailable, err)

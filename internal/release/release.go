@@ -104,14 +104,14 @@ func (s *Service) Cancel(ctx context.Context, user, id string) (sale.Order, erro
 			// Landed between the two reads: cancel it now.
 			o, again, err = s.store.Cancel(ctx, id, user, sale.CancelByUser, s.now())
 		} else {
-			landed, ok, err := s.store.RequestCancel(ctx, id, user, s.now())
-			if err != nil {
-				return sale.Order{}, err
+			landed, ok, rerr := s.store.RequestCancel(ctx, id, user, s.now())
+			if rerr != nil {
+				return sale.Order{}, rerr
 			}
 			if !ok {
 				return q, nil
 			}
-			o, again = landed, false
+			o, again, err = landed, false, nil
 		}
 	}
 	if err == nil && !again {
