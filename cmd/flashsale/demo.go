@@ -82,7 +82,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 
 func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, buyers, stock, conc int, out io.Writer) error {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
-	body := fmt.Sprintf(`{"stock":%d,"per_user_limit":1}`, stock)
+	body := fmt.Sprintf(`{"stock":%d,"per_user_limit":1,"ends_at":%q}`, stock, demoEnds(sku))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/admin/v1/skus/"+sku, bytes.NewBufferString(body))
 	req.Header.Set("Authorization", "Bearer "+cfg.AdminToken)
 	req.Header.Set("Content-Type", "application/json")
@@ -240,7 +240,7 @@ func demoTrickle(ctx context.Context, base string, cfg config, sku string, stock
 			restocked = time.Now()
 			stock += 6
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/admin/v1/skus/"+sku,
-				bytes.NewBufferString(fmt.Sprintf(`{"stock":%d,"per_user_limit":1}`, stock)))
+				bytes.NewBufferString(fmt.Sprintf(`{"stock":%d,"per_user_limit":1,"ends_at":%q}`, stock, demoEnds(sku))))
 			req.Header.Set("Authorization", "Bearer "+cfg.AdminToken)
 			req.Header.Set("Content-Type", "application/json")
 			if resp, err := hc.Do(req); err == nil {
@@ -252,4 +252,13 @@ func demoTrickle(ctx context.Context, base string, cfg config, sku string, stock
 		}
 		demoBuy(ctx, hc, base, tok, sku)
 	}
+}
+
+// demoEnds is when a demo sale ends: an hour after it was created (its id
+// carries the creation time), so old demo sales leave the dashboard and
+// their Redis keys are dropped by the janitor.
+func demoEnds(sku string) string {
+	var created int64
+	fmt.Sscanf(sku, "demo-%d", &created)
+	return time.Unix(created, 0).Add(time.Hour).UTC().Format(time.RFC3339)
 }

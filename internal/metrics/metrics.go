@@ -35,7 +35,7 @@ func New() *Metrics {
 	m := &Metrics{
 		Registry: r,
 		purchases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flashsale_purchases_total", Help: "Purchase requests by outcome (accepted, sold_out, limit_reached, unknown_sku, not_open, invalid, error).",
+			Name: "flashsale_purchases_total", Help: "Purchase requests by outcome (accepted, sold_out, limit_reached, unknown_sku, not_open, invalid, busy, rate_limited, error).",
 		}, []string{"outcome"}),
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "flashsale_http_request_duration_seconds", Help: "HTTP request latency by route and status code.",

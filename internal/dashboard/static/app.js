@@ -15,7 +15,7 @@ import { drawChart } from "./chart.js";
   const CHART_SMOOTH_S = 3;
   const MAX_CHART_SKUS = 6;
   const SKU_COLORS = ["#38bdf8", "#a78bfa", "#f472b6", "#facc15", "#34d399", "#fb923c"];
-  const REASONS = { sold_out: "sold out", limit_reached: "limit", not_open: "not open", busy: "busy", unknown_sku: "unknown", invalid: "invalid", error: "error" };
+  const REASONS = { sold_out: "sold out", limit_reached: "limit", not_open: "not open", busy: "busy", rate_limited: "rate limited", unknown_sku: "unknown", invalid: "invalid", error: "error" };
 
   let token = null;
   try { token = sessionStorage.getItem(TOKEN_KEY); } catch (_) { /* storage disabled: memory only */ }
