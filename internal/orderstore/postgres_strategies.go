@@ -205,8 +205,9 @@ func (p *pipeTx) done(ctx context.Context) {
 	p.conn.Release()
 }
 
-// queueCommit queues the insert of r's order and its transition (exactly as
-// BuyDirect writes them) and the COMMIT, storing the order in *order.
+// queueCommit queues the insert of r's order, its transition and its audit
+// row (as BuyDirect writes them) and the COMMIT, storing the order in *order.
+// No Redis debit is owed: these strategies sell without the gate.
 func (s *Store) queueCommit(b *pgx.Batch, r sale.Reservation, now time.Time, order *sale.Order) {
 	b.Queue(insertOrderSQL, r.OrderID, r.SKU, r.User, r.Quantity, nullString(r.IdempotencyKey), time.UnixMilli(r.AcceptedAt), s.expiry(r.AcceptedAt)).
 		QueryRow(func(row pgx.Row) error {
@@ -215,6 +216,7 @@ func (s *Store) queueCommit(b *pgx.Batch, r sale.Reservation, now time.Time, ord
 			return err
 		})
 	queueTransitions(b, []transition{{r: r, to: sale.StatusPendingPayment, cause: causeDirect, at: now}})
+	queueAudit(b, []auditRow{{sku: r.SKU, delta: -r.Quantity, reason: AuditDirectSale, orderID: r.OrderID, actor: "user:" + r.User, ip: r.ClientIP}})
 	b.Queue(commitSQL).Exec(func(ct pgconn.CommandTag) error {
 		if ct.String() != "COMMIT" {
 			return fmt.Errorf("commit ended as %q", ct.String())
@@ -263,6 +265,7 @@ func (s *Store) buyTaking(ctx context.Context, r sale.Reservation, now time.Time
 
 	b := &pgx.Batch{}
 	b.Queue(beginReadCommittedSQL)
+	b.Queue(markAuditedSQL) // writes its own stock_audit row, like BuyDirect
 	b.Queue(insertOneProcessLogSQL, r.OrderID, r.SKU).Exec(func(ct pgconn.CommandTag) error {
 		inserted = ct.RowsAffected() == 1
 		return nil
@@ -393,6 +396,7 @@ func (s *Store) buyOptimisticOnce(ctx context.Context, r sale.Reservation, now t
 	var inserted, took bool
 	b = &pgx.Batch{}
 	b.Queue(beginReadCommittedSQL)
+	b.Queue(markAuditedSQL) // writes its own stock_audit row, like BuyDirect
 	b.Queue(insertOneProcessLogSQL, r.OrderID, r.SKU).Exec(func(ct pgconn.CommandTag) error {
 		inserted = ct.RowsAffected() == 1
 		return nil

@@ -346,3 +346,32 @@ func TestStrategyVersionChangesOnEveryUpdate(t *testing.T) {
 		t.Errorf("versions %d, %d, %d: want increasing with every writer", v0, v1, v2)
 	}
 }
+
+// TestStrategiesAudit: every comparison strategy writes its own audit row
+// (not the trigger's external_change), so the trail says what sold the units.
+func TestStrategiesAudit(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKU(t, s, "AU", 10)
+	now := time.Now()
+	if _, _, err := s.BuyConditional(ctx, newResv("AU", "a", 1), now); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.BuyOptimistic(ctx, newResv("AU", "b", 1), now, 8); err != nil {
+		t.Fatal(err)
+	}
+	es, err := s.Audit(ctx, "AU", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, e := range es {
+		sum += e.Delta
+		if e.Reason == "external_change" {
+			t.Errorf("strategy sale audited by the trigger: %+v", e)
+		}
+	}
+	if l := checkInvariants(t, s, "AU"); sum != l.Stock || l.Stock != 8 {
+		t.Fatalf("audit sum %d, stock %d", sum, l.Stock)
+	}
+}
