@@ -170,16 +170,21 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		return nil, fmt.Errorf("nats: catalog notices: %w", err)
 	}
 
-	// Load every sale that is not over into Redis (a no-op resync for those
-	// already there), so a restarted or fresh Redis is never sold against stale.
-	for _, s := range a.activeSKUs() {
-		if _, err := a.sync.Warm(octx, s); err != nil {
-			log.Warn("warm-up at start", "sku_id", s, "err", err)
-		}
-	}
+	// A Redis that is new or restarted since the sales were loaded is rebuilt
+	// from the database; otherwise every sale that is not over is warmed (a
+	// resync for those already there, a load for the others), so Redis is
+	// never sold against stale.
 	monitor := reconcile.NewMonitor(a.gate, a.rebuildAll, log)
-	if _, err := monitor.RunOnce(octx); err != nil {
-		log.Warn("redis monitor", "err", err)
+	rebuilt, merr := monitor.RunOnce(octx)
+	if merr != nil {
+		log.Warn("redis monitor", "err", merr)
+	}
+	if !rebuilt {
+		for _, s := range a.activeSKUs() {
+			if _, err := a.sync.Warm(octx, s); err != nil {
+				log.Warn("warm-up at start", "sku_id", s, "err", err)
+			}
+		}
 	}
 
 	a.lifecycle = release.New(a.store, announcingGate{a.gate, ann}, a.buy, a.isActive, log)
