@@ -35,12 +35,12 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	st := c.a.store.Pool().Stat()
-	gauge(descPool, float64(st.AcquiredConns()), "acquired")
-	gauge(descPool, float64(st.IdleConns()), "idle")
-	gauge(descPool, float64(st.TotalConns()), "total")
-	gauge(descPool, float64(st.MaxConns()), "max")
-	ch <- prometheus.MustNewConstMetric(descPoolWaits, prometheus.CounterValue, float64(st.EmptyAcquireCount()))
+	st := c.a.store.Stats()
+	gauge(descPool, float64(st.InUse), "acquired")
+	gauge(descPool, float64(st.Idle), "idle")
+	gauge(descPool, float64(st.Total), "total")
+	gauge(descPool, float64(st.Max), "max")
+	ch <- prometheus.MustNewConstMetric(descPoolWaits, prometheus.CounterValue, float64(st.Waits))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

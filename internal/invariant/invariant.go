@@ -25,7 +25,8 @@ type Report struct {
 	ProcessLog     int64 // idempotency rows
 	MaxUserUnits   int64 // the most live units one user holds
 	RedisLoaded    bool
-	RedisAvailable int64
+	RedisAvailable int64 // net of RedisDebt
+	RedisDebt      int64
 	InFlight       int64 // units reserved in Redis, not yet applied
 	Outbox         int64
 	AuditSum       int64 // sum of the db deltas in stock_audit
@@ -115,19 +116,19 @@ func Check(ctx context.Context, db *pgxpool.Pool, gate *stockgate.Gate, sku stri
 		if err != nil {
 			return r, err
 		}
-		r.RedisLoaded, r.RedisAvailable, r.InFlight = f.Loaded, f.Available, f.Units()
+		r.RedisLoaded, r.RedisAvailable, r.RedisDebt, r.InFlight = f.Loaded, f.Available, f.Debt, f.Units()
 		if r.Outbox, err = gate.OutboxLen(ctx, sku); err != nil {
 			return r, err
 		}
-		if f.Loaded && r.RedisAvailable < 0 {
-			r.failf("I2: redis available %d < 0", r.RedisAvailable)
+		if f.Loaded && (r.RedisAvailable+r.RedisDebt < 0 || r.RedisDebt < 0) {
+			r.failf("I2: redis available %d < 0 (debt %d)", r.RedisAvailable+r.RedisDebt, r.RedisDebt)
 		}
 		if idle && f.Loaded {
 			if r.RedisAvailable != r.DBStock {
 				r.failf("I3: idle, redis available %d != database stock %d", r.RedisAvailable, r.DBStock)
 			}
-			if r.InFlight != 0 || r.Outbox != 0 {
-				r.failf("I3: idle, %d units still in flight, %d outbox entries", r.InFlight, r.Outbox)
+			if r.InFlight != 0 || r.Outbox != 0 || r.RedisDebt != 0 {
+				r.failf("I3: idle, %d units still in flight, %d outbox entries, debt %d", r.InFlight, r.Outbox, r.RedisDebt)
 			}
 		}
 	}

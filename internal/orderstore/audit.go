@@ -77,7 +77,7 @@ func queueAudit(b *pgx.Batch, rows []auditRow) {
 
 // AuditRedis records a change of the gate's (Redis) stock: a reconciler
 // correction or a re-seed. It is informational: Redis is not the record.
-func (s *Store) AuditRedis(ctx context.Context, sku string, delta int64, reason string) error {
+func (s *pgStore) AuditRedis(ctx context.Context, sku string, delta int64, reason string) error {
 	a := actorOf(ctx)
 	b := &pgx.Batch{}
 	queueAudit(b, []auditRow{{sku: sku, store: "redis", delta: delta, reason: reason, actor: a.Name, ip: a.SourceIP}})
@@ -105,7 +105,7 @@ SELECT id, sku_id, store, delta, reason, coalesce(order_id, ''), actor, coalesce
 FROM stock_audit WHERE sku_id = $1 AND id > $2 ORDER BY id LIMIT $3`
 
 // Audit returns up to limit audit rows of sku with id above after, oldest first.
-func (s *Store) Audit(ctx context.Context, sku string, after int64, limit int) ([]AuditEntry, error) {
+func (s *pgStore) Audit(ctx context.Context, sku string, after int64, limit int) ([]AuditEntry, error) {
 	rows, err := s.pool.Query(ctx, auditPageSQL, sku, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: audit %s: %w", sku, err)

@@ -34,7 +34,7 @@ const markPublishedSQL = `UPDATE order_transitions SET published_at = now() WHER
 // marks them published in the same transaction if publish succeeds. publish
 // must be idempotent per transition id (a crash after it and before the
 // commit hands the same rows over again). It returns how many were published.
-func (s *Store) PublishTransitions(ctx context.Context, limit int, publish func([]Transition) error) (int, error) {
+func (s *pgStore) PublishTransitions(ctx context.Context, limit int, publish func([]Transition) error) (int, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return 0, fmt.Errorf("orderstore: claim events: %w", err)

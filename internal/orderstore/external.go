@@ -2,45 +2,27 @@ package orderstore
 
 import (
 	"context"
-	"fmt"
-
-	"github.com/jackc/pgx/v5"
+	"errors"
 )
 
-// ExternalChange is a change of a SKU's stock made outside flashsale,
-// recorded by the audit trigger. ID orders them and is the resume position.
-type ExternalChange struct {
-	ID    int64
-	SKU   string
-	Delta int64
-}
+// Change data capture (stock changes made outside flashsale): the audit
+// trigger of inventory records each in stock_audit (reason external_change)
+// and owes it to Redis as a redis_restores row (order_id "ext-<audit id>",
+// user_id ""), in the transaction that made the change. PendingRestores
+// returns them with the releases; the restorer applies each to the gate once.
 
-const externalChangesSQL = `
-SELECT id, sku_id, delta FROM stock_audit
-WHERE reason = 'external_change' AND store = 'db' AND id > $1
-ORDER BY id LIMIT $2`
+// ErrNoNotify is returned by ListenRestores on a database without
+// notifications (MySQL): the caller polls instead.
+var ErrNoNotify = errors.New("orderstore: this database sends no change notifications; poll")
 
-// ExternalChanges returns up to limit external stock changes with id above after.
-func (s *Store) ExternalChanges(ctx context.Context, after int64, limit int) ([]ExternalChange, error) {
-	rows, err := s.pool.Query(ctx, externalChangesSQL, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("orderstore: external changes: %w", err)
-	}
-	var out []ExternalChange
-	var c ExternalChange
-	if _, err := pgx.ForEachRow(rows, []any{&c.ID, &c.SKU, &c.Delta}, func() error {
-		out = append(out, c)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("orderstore: external changes: %w", err)
-	}
-	return out, nil
-}
+// ExternalPrefix starts the order id of a redis_restores row that carries a
+// stock change made outside flashsale.
+const ExternalPrefix = "ext-"
 
-// ListenExternalChanges calls wake whenever the database notifies an
-// external stock change, until ctx ends or the connection fails (then it
+// ListenRestores calls wake whenever the database notifies a stock change
+// made outside flashsale, until ctx ends or the connection fails (then it
 // returns the error; the caller reconnects, and its poll covers the gap).
-func (s *Store) ListenExternalChanges(ctx context.Context, wake func()) error {
+func (s *pgStore) ListenRestores(ctx context.Context, wake func()) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -60,4 +42,5 @@ func (s *Store) ListenExternalChanges(ctx context.Context, wake func()) error {
 	}
 }
 
-const maxExternalSQL = `SELECT coalesce(max(id), 0) FROM stock_audit WHERE sku_id = $1 AND reason = 'external_change'`
+// ListenRestores on MySQL: no notifications (see ErrNoNotify).
+func (s *myStore) ListenRestores(ctx context.Context, wake func()) error { return ErrNoNotify }

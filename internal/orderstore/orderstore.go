@@ -1,22 +1,162 @@
 // Package orderstore is the database of record: inventory, orders and the idempotency log, behind one type so a second SQL dialect fits without touching callers.
 //
-// Files: this one holds the types and the dialect-neutral rules (input checks,
-// de-duplication, stock and per-user limit decisions); postgres*.go hold the
-// PostgreSQL SQL and connection handling. A MySQL dialect adds mysql*.go
-// beside them and reuses the rules here.
+// Files: this one holds the types, the dialect-neutral rules (input checks,
+// de-duplication, stock and per-user limit decisions) and the backend
+// interface every dialect implements; postgres*.go hold the PostgreSQL SQL
+// (pgx), mysql*.go the MySQL/MariaDB SQL (database/sql with
+// go-sql-driver/mysql). Open picks the dialect from the URL's scheme; nothing
+// above this package knows which one runs.
 //
-// Every method takes a context and is safe for concurrent use. The pool has
+// Every method takes a context and is safe for concurrent use. The pools have
 // no acquire timeout (pgx#2350): callers give every call a deadline.
 package orderstore
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// Dialect names a supported database.
+type Dialect string
+
+// The supported dialects.
+const (
+	Postgres Dialect = "postgres"
+	MySQL    Dialect = "mysql" // MySQL 8 and MariaDB 10.6+
+)
+
+// DialectOf returns the dialect of a database URL: MySQL for mysql:// and
+// mariadb:// URLs, PostgreSQL for anything else (postgres:// URLs and
+// keyword/value DSNs).
+func DialectOf(url string) Dialect {
+	if strings.HasPrefix(url, "mysql://") || strings.HasPrefix(url, "mariadb://") {
+		return MySQL
+	}
+	return Postgres
+}
+
+// backend is what a dialect implements: every exported method of Store.
+// The doc comments live on the PostgreSQL implementation (postgres*.go); the
+// MySQL one keeps the same contract.
+type backend interface {
+	Close()
+	Ping(ctx context.Context) error
+	Migrate(ctx context.Context) error
+	DB() *sql.DB
+	Stats() PoolStats
+
+	ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]Outcome, error)
+	Discard(ctx context.Context, r sale.Reservation) (already bool, status sale.Status, err error)
+	BuyDirect(ctx context.Context, r sale.Reservation, now time.Time) (order sale.Order, duplicate bool, err error)
+	BuyConditional(ctx context.Context, r sale.Reservation, now time.Time) (sale.Order, bool, error)
+	BuyFenced(ctx context.Context, r sale.Reservation, now time.Time, token int64) (sale.Order, bool, error)
+	Fence(ctx context.Context, sku string) (int64, error)
+	BuyOptimistic(ctx context.Context, r sale.Reservation, now time.Time, attempts int) (sale.Order, bool, error)
+
+	PutSKU(ctx context.Context, c SKUChange) (sku sale.SKU, delta int64, created bool, err error)
+	SKU(ctx context.Context, id string) (sale.SKU, error)
+	SKUs(ctx context.Context) ([]sale.SKU, error)
+
+	Pay(ctx context.Context, id, user, ref string, now time.Time) (o sale.Order, again bool, err error)
+	Cancel(ctx context.Context, id, user, cause string, now time.Time) (o sale.Order, again bool, err error)
+	Expire(ctx context.Context, id string, now time.Time) (o sale.Order, released bool, err error)
+	ExpireDue(ctx context.Context, now time.Time, limit int) ([]Restore, error)
+	RequestCancel(ctx context.Context, id, user string, now time.Time) (o sale.Order, landed bool, err error)
+	PendingRestores(ctx context.Context, limit int) ([]Restore, error)
+	RestoresDone(ctx context.Context, ids []string) error
+	ListenRestores(ctx context.Context, wake func()) error
+
+	Order(ctx context.Context, id string) (sale.Order, error)
+	Snapshot(ctx context.Context, sku string, ids []string) (Snapshot, error)
+	SeedSnapshot(ctx context.Context, sku string, ids []string) (Snapshot, error)
+	Processed(ctx context.Context, ids []string) (map[string]sale.Status, error)
+	LiveHoldings(ctx context.Context, sku string) (map[string]int64, error)
+
+	AuditRedis(ctx context.Context, sku string, delta int64, reason string) error
+	Audit(ctx context.Context, sku string, after int64, limit int) ([]AuditEntry, error)
+	PublishTransitions(ctx context.Context, limit int, publish func([]Transition) error) (int, error)
+}
+
+// PoolStats describes the connection pool, for metrics.
+type PoolStats struct {
+	Max, Total, Idle, InUse int64
+	// Waits counts acquisitions that had to wait for a connection.
+	Waits int64
+}
+
+// Store is the database of record. Create it with Open; it is safe for
+// concurrent use by many goroutines and many processes sharing one database.
+type Store struct {
+	backend
+	dialect Dialect
+}
+
+// Open connects to the database named in url and checks the connection:
+// PostgreSQL (a postgres:// URL or a keyword/value DSN, see openPostgres) or
+// MySQL/MariaDB (a mysql:// URL, see openMySQL). If the database does not
+// exist, Open creates it when the user may. Open does not migrate: call
+// Migrate. The caller must Close the Store.
+func Open(ctx context.Context, url string, o Options) (*Store, error) {
+	o.fill()
+	d := DialectOf(url)
+	var (
+		b   backend
+		err error
+	)
+	switch d {
+	case MySQL:
+		b, err = openMySQL(ctx, url, o)
+	default:
+		b, err = openPostgres(ctx, url, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Store{backend: b, dialect: d}, nil
+}
+
+// Dialect reports which database the store talks to.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// Pool returns the PostgreSQL pool, or nil on another dialect. Tests that
+// need PostgreSQL-only features use it; everything else uses DB.
+func (s *Store) Pool() *pgxpool.Pool {
+	if p, ok := s.backend.(*pgStore); ok {
+		return p.pool
+	}
+	return nil
+}
+
+// Rebind rewrites a statement written with ? placeholders for the store's
+// dialect ($1, $2, ... on PostgreSQL), for callers of DB: tests and the
+// invariant checker, which read the tables directly. A ? inside a string
+// literal is not supported.
+func (s *Store) Rebind(q string) string { return Rebind(s.dialect, q) }
+
+// Rebind rewrites ? placeholders for dialect d.
+func Rebind(d Dialect, q string) string {
+	if d != Postgres || !strings.Contains(q, "?") {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -47,17 +187,28 @@ const (
 	ReasonDiscarded = "discarded"
 )
 
-// Store is the database of record. Create it with Open; it is safe for
-// concurrent use by many goroutines and many processes sharing one database.
-type Store struct {
-	pool    *pgxpool.Pool
+// fill sets the defaults of o.
+func (o *Options) fill() {
+	if o.MaxConns <= 0 {
+		o.MaxConns = defaultMaxConns
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.PaymentTimeout <= 0 {
+		o.PaymentTimeout = defaultPaymentTimeout
+	}
+}
+
+// common is what every dialect's backend holds.
+type common struct {
 	log     *slog.Logger
 	timeout time.Duration // payment timeout
 }
 
 // expiry returns when an order accepted at acceptedMs expires unpaid.
-func (s *Store) expiry(acceptedMs int64) time.Time {
-	return time.UnixMilli(acceptedMs).Add(s.timeout)
+func (c *common) expiry(acceptedMs int64) time.Time {
+	return time.UnixMilli(acceptedMs).Add(c.timeout)
 }
 
 // SKUChange is the admin's description of a SKU for PutSKU.

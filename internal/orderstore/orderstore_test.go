@@ -1,6 +1,7 @@
 package orderstore_test
 
 import (
+	"database/sql"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,6 @@ import (
 	"github.com/flashsale/flashsale/internal/testenv"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -32,7 +32,7 @@ func testContext(t testing.TB) context.Context {
 // newStore returns a migrated Store on a fresh database.
 func newStore(t testing.TB) *orderstore.Store {
 	t.Helper()
-	return newStoreAt(t, testenv.Postgres(t))
+	return newStoreAt(t, testenv.Database(t))
 }
 
 // putSKU creates a SKU without a window and with a per-user limit of 5.
@@ -73,28 +73,49 @@ func readLedger(t testing.TB, s *orderstore.Store, sku string) ledger {
 	t.Helper()
 	ctx := testContext(t)
 	var l ledger
-	err := pgx.BeginTxFunc(ctx, s.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT stock, total_stock FROM inventory WHERE sku_id = $1`, sku).Scan(&l.Stock, &l.Total)
-		if err != nil && err != pgx.ErrNoRows {
-			return err
-		}
-		err = tx.QueryRow(ctx, `
-SELECT coalesce(sum(quantity) FILTER (WHERE status IN ('pending_payment', 'paid')), 0)::bigint, count(*)
-FROM orders WHERE sku_id = $1`, sku).Scan(&l.Live, &l.Orders)
-		if err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM process_log WHERE sku_id = $1`, sku).Scan(&l.Logged); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `
-SELECT count(*) FROM process_log p FULL JOIN orders o ON o.order_id = p.tx_id
-WHERE (p.tx_id IS NULL OR o.order_id IS NULL) AND coalesce(p.sku_id, o.sku_id) = $1`, sku).Scan(&l.Orphans)
-	})
+	tx, err := s.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
 		t.Fatalf("read ledger of %s: %v", sku, err)
 	}
+	defer tx.Rollback()
+	q := func(query string, dest ...any) {
+		t.Helper()
+		if err := tx.QueryRowContext(ctx, s.Rebind(query), sku).Scan(dest...); err != nil && err != sql.ErrNoRows {
+			t.Fatalf("read ledger of %s: %s: %v", sku, query, err)
+		}
+	}
+	q(`SELECT stock, total_stock FROM inventory WHERE sku_id = ?`, &l.Stock, &l.Total)
+	q(`SELECT coalesce(sum(CASE WHEN status IN ('pending_payment', 'paid') THEN quantity ELSE 0 END), 0), count(*)
+FROM orders WHERE sku_id = ?`, &l.Live, &l.Orders)
+	q(`SELECT count(*) FROM process_log WHERE sku_id = ?`, &l.Logged)
+	var a, b int64
+	q(`SELECT count(*) FROM process_log p WHERE p.sku_id = ? AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.order_id = p.tx_id)`, &a)
+	q(`SELECT count(*) FROM orders o WHERE o.sku_id = ? AND NOT EXISTS (SELECT 1 FROM process_log p WHERE p.tx_id = o.order_id)`, &b)
+	l.Orphans = a + b
 	return l
+}
+
+// queryInt runs a query returning one integer through the store's outside
+// client (write it with ? placeholders).
+func queryInt(t testing.TB, s *orderstore.Store, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := s.DB().QueryRowContext(testContext(t), s.Rebind(query), args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// execSQL runs a statement through the store's outside client (? placeholders).
+// On both dialects a stock change made this way is an external change.
+func execSQL(t testing.TB, s *orderstore.Store, query string, args ...any) int64 {
+	t.Helper()
+	res, err := s.DB().ExecContext(testContext(t), s.Rebind(query), args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	n, _ := res.RowsAffected()
+	return n
 }
 
 // checkInvariants checks I1 and I5 for sku from SQL: stock >= 0, stock + live
@@ -126,7 +147,7 @@ func TestMigrateTwiceIsNoop(t *testing.T) {
 	}
 	for _, table := range []string{"inventory", "orders", "process_log"} {
 		var n int64
-		if err := s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		if err := s.DB().QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
 			t.Errorf("table %s: %v", table, err)
 		}
 	}
@@ -134,17 +155,13 @@ func TestMigrateTwiceIsNoop(t *testing.T) {
 
 func schemaVersions(t testing.TB, s *orderstore.Store) int64 {
 	t.Helper()
-	var n int64
-	if err := s.Pool().QueryRow(testContext(t), `SELECT count(*) FROM goose_db_version WHERE version_id > 0`).Scan(&n); err != nil {
-		t.Fatalf("goose_db_version: %v", err)
-	}
-	return n
+	return queryInt(t, s, `SELECT count(*) FROM goose_db_version WHERE version_id > 0`)
 }
 
 // migrationFiles counts the embedded migrations, from their source directory.
 func migrationFiles(t testing.TB) int64 {
 	t.Helper()
-	files, err := filepath.Glob("migrations/postgres/*.sql")
+	files, err := filepath.Glob("migrations/" + testenv.Dialect() + "/*.sql")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("migrations: %v (%d files)", err, len(files))
 	}
@@ -152,7 +169,7 @@ func migrationFiles(t testing.TB) int64 {
 }
 
 func TestMigrateConcurrently(t *testing.T) {
-	dbURL := testenv.Postgres(t)
+	dbURL := testenv.Database(t)
 	ctx := testContext(t)
 	const instances = 4
 	var wg sync.WaitGroup
@@ -185,18 +202,22 @@ func TestMigrateConcurrently(t *testing.T) {
 }
 
 func TestOpenCreatesMissingDatabase(t *testing.T) {
-	base := testenv.Postgres(t) // skips when there is no server
+	base := testenv.Database(t) // skips when there is no server
 	ctx := testContext(t)
 	name := testenv.RandomName("flashsale_t_")
 	missing := withDatabase(t, base, name)
 	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), base)
+		s, err := orderstore.Open(context.Background(), base, orderstore.Options{MaxConns: 1})
 		if err != nil {
 			t.Errorf("drop %s: %v", name, err)
 			return
 		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		defer s.Close()
+		drop := "DROP DATABASE IF EXISTS " + name
+		if s.Dialect() == orderstore.Postgres {
+			drop += " WITH (FORCE)"
+		}
+		if _, err := s.DB().ExecContext(context.Background(), drop); err != nil {
 			t.Errorf("drop %s: %v", name, err)
 		}
 	})
@@ -213,8 +234,12 @@ func TestOpenCreatesMissingDatabase(t *testing.T) {
 				return
 			}
 			defer s.Close()
+			q := "SELECT current_database()"
+			if s.Dialect() == orderstore.MySQL {
+				q = "SELECT database()"
+			}
 			var got string
-			if err := s.Pool().QueryRow(ctx, "SELECT current_database()").Scan(&got); err != nil {
+			if err := s.DB().QueryRowContext(ctx, q).Scan(&got); err != nil {
 				errs[i] = err
 				return
 			}
@@ -235,7 +260,7 @@ func TestOpenCreatesMissingDatabase(t *testing.T) {
 // naming database name instead.
 func withDatabase(t *testing.T, base, name string) string {
 	t.Helper()
-	if !strings.HasPrefix(base, "postgres://") && !strings.HasPrefix(base, "postgresql://") {
+	if !strings.Contains(base, "://") {
 		return base + " dbname=" + name // the last keyword wins
 	}
 	u, err := url.Parse(base)
@@ -257,6 +282,10 @@ func TestOpenUnreachable(t *testing.T) {
 }
 
 func TestSessionDefaults(t *testing.T) {
+	if testenv.Dialect() == "mysql" {
+		testMySQLSessionDefaults(t)
+		return
+	}
 	dbURL := testenv.Postgres(t)
 	ctx := testContext(t)
 	show := func(s *orderstore.Store) map[string]string {
@@ -332,4 +361,46 @@ func newStoreAt(t testing.TB, dbURL string) *orderstore.Store {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return s
+}
+
+// testMySQLSessionDefaults: flashsale's MySQL sessions run at READ COMMITTED
+// in UTC with innodb_lock_wait_timeout 5 s unless the URL says otherwise, and
+// a lock held too long fails the call, changing nothing.
+func testMySQLSessionDefaults(t *testing.T) {
+	dbURL := testenv.MySQL(t)
+	ctx := testContext(t)
+	s := newStoreAt(t, dbURL)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("innodb_lock_wait_timeout", "1")
+	u.RawQuery = q.Encode()
+	short := newStoreAt(t, u.String())
+	putSKU(t, short, "LOCKED", 5)
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM inventory WHERE sku_id = 'LOCKED' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := short.ApplyBatch(ctx, []sale.Reservation{resv(oid(1, 1), "LOCKED", "u1", 1)}); err == nil || !strings.Contains(err.Error(), "1205") {
+		t.Errorf("ApplyBatch against a held row lock: err = %v, want lock wait timeout (1205)", err)
+	}
+	if _, _, err := short.BuyDirect(ctx, resv(oid(1, 2), "LOCKED", "u1", 1), time.Now()); err == nil {
+		t.Error("BuyDirect against a held row lock succeeded")
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("two calls took %v to give up", d)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if l := checkInvariants(t, s, "LOCKED"); l.Stock != 5 || l.Logged != 0 {
+		t.Errorf("timed-out calls changed the database: %+v", l)
+	}
 }

@@ -2,6 +2,7 @@ package orderstore
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -49,7 +50,14 @@ var sessionDefaults = map[string]string{
 	"plan_cache_mode":   "force_custom_plan",
 }
 
-// Open connects to the PostgreSQL database named in url (a postgres:// URL or
+// pgStore is the PostgreSQL backend.
+type pgStore struct {
+	common
+	pool *pgxpool.Pool
+	db   *sql.DB // database/sql over pool, for DB
+}
+
+// openPostgres connects to the PostgreSQL database named in url (a postgres:// URL or
 // a keyword/value DSN) with a pgxpool of o.MaxConns connections, and checks
 // the connection. If the database does not exist, Open creates it first
 // through the "postgres" maintenance database of the same server, when the
@@ -59,7 +67,7 @@ var sessionDefaults = map[string]string{
 // Connections default to lock_timeout=5s, statement_timeout=15s and
 // plan_cache_mode=force_custom_plan (see sessionDefaults); the URL may set
 // others (e.g. ?lock_timeout=1s, or 0 for none).
-func Open(ctx context.Context, url string, o Options) (*Store, error) {
+func openPostgres(ctx context.Context, url string, o Options) (*pgStore, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: parse database url: %w", err)
@@ -69,14 +77,8 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 			cfg.ConnConfig.RuntimeParams[k] = v
 		}
 	}
-	cfg.MaxConns = defaultMaxConns
-	if o.MaxConns > 0 {
-		cfg.MaxConns = o.MaxConns
-	}
+	cfg.MaxConns = o.MaxConns
 	log := o.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -94,11 +96,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("orderstore: connect: %w", err)
 	}
-	timeout := o.PaymentTimeout
-	if timeout <= 0 {
-		timeout = defaultPaymentTimeout
-	}
-	return &Store{pool: pool, log: log, timeout: timeout}, nil
+	return &pgStore{common: common{log: log, timeout: o.PaymentTimeout}, pool: pool, db: stdlib.OpenDBFromPool(pool)}, nil
 }
 
 // createDatabase creates the database named in cc through the maintenance
@@ -136,19 +134,30 @@ func pgCode(err error) string {
 }
 
 // Close closes every connection of the pool, waiting for acquired ones to be released.
-func (s *Store) Close() { s.pool.Close() }
+func (s *pgStore) Close() {
+	_ = s.db.Close()
+	s.pool.Close()
+}
 
 // Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error {
+func (s *pgStore) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("orderstore: ping: %w", err)
 	}
 	return nil
 }
 
-// Pool returns the underlying pool, for tests and invariant checks that read
-// the tables directly. Writes through it bypass the rules of this package.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+// DB returns a database/sql handle over the pool, for tests and invariant
+// checks that read the tables directly (write statements with ? and pass
+// them through Store.Rebind). Writes through it bypass the rules of this package.
+func (s *pgStore) DB() *sql.DB { return s.db }
+
+// Stats describes the pool.
+func (s *pgStore) Stats() PoolStats {
+	st := s.pool.Stat()
+	return PoolStats{Max: int64(st.MaxConns()), Total: int64(st.TotalConns()), Idle: int64(st.IdleConns()),
+		InUse: int64(st.AcquiredConns()), Waits: st.EmptyAcquireCount()}
+}
 
 //go:embed migrations/postgres/*.sql
 var postgresMigrations embed.FS
@@ -164,7 +173,7 @@ const (
 // numbered SQL files). It is idempotent, and safe when several instances
 // start at once: a PostgreSQL session advisory lock serialises them and the
 // later ones find nothing to do. It waits up to 5 minutes for the lock.
-func (s *Store) Migrate(ctx context.Context) error {
+func (s *pgStore) Migrate(ctx context.Context) error {
 	fsys, err := fs.Sub(postgresMigrations, "migrations/postgres")
 	if err != nil {
 		return fmt.Errorf("orderstore: migrate: %w", err)

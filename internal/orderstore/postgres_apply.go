@@ -45,7 +45,7 @@ import (
 // The gate enforces the per-user limit too; the database is the final arbiter
 // (purchases by BuyDirect while Redis was down, a limit lowered mid-sale).
 // The sale window is not checked: the gate admitted the reservation in time.
-func (s *Store) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]Outcome, error) {
+func (s *pgStore) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]Outcome, error) {
 	if len(rs) == 0 {
 		return []Outcome{}, nil
 	}
@@ -113,7 +113,7 @@ const deleteCancelRequestsSQL = `DELETE FROM cancel_requests WHERE order_id = AN
 
 // applyUnique runs the transaction of ApplyBatch on reservations with distinct
 // order ids: four round trips (begin+log, read+lock+holdings, write, commit).
-func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Outcome, error) {
+func (s *pgStore) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Outcome, error) {
 	byID := slices.Clone(uniq)
 	slices.SortFunc(byID, func(a, b sale.Reservation) int { return cmp.Compare(a.OrderID, b.OrderID) })
 	ids, skus := make([]string, len(byID)), make([]string, len(byID))
@@ -299,7 +299,7 @@ func (s *Store) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]Out
 }
 
 // orderColumns returns the arguments of insertOrdersSQL: one array per column.
-func (s *Store) orderColumns(rs []sale.Reservation, decided []Outcome, now time.Time) []any {
+func (s *pgStore) orderColumns(rs []sale.Reservation, decided []Outcome, now time.Time) []any {
 	n := len(rs)
 	var (
 		ids, skus, users, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -351,7 +351,7 @@ VALUES ($1, $2, $3, $4, 'failed', $5, $6, $7)`
 //
 // An r failing Validate gives an error wrapping sale.ErrInvalid: ApplyBatch
 // never applies such a reservation, so there is nothing to record.
-func (s *Store) Discard(ctx context.Context, r sale.Reservation) (already bool, status sale.Status, err error) {
+func (s *pgStore) Discard(ctx context.Context, r sale.Reservation) (already bool, status sale.Status, err error) {
 	if err := r.Validate(); err != nil {
 		return false, "", fmt.Errorf("orderstore: discard: %w: %v", sale.ErrInvalid, err)
 	}

@@ -72,7 +72,7 @@ RETURNING ` + orderColumnList
 //
 // Purchases of one SKU serialise on its row (one commit, about one fsync,
 // each): the caller bounds how many run at once.
-func (s *Store) BuyDirect(ctx context.Context, r sale.Reservation, now time.Time) (order sale.Order, duplicate bool, err error) {
+func (s *pgStore) BuyDirect(ctx context.Context, r sale.Reservation, now time.Time) (order sale.Order, duplicate bool, err error) {
 	if err := r.Validate(); err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: buy: %w: %v", sale.ErrInvalid, err)
 	}
@@ -91,7 +91,7 @@ func (s *Store) BuyDirect(ctx context.Context, r sale.Reservation, now time.Time
 // before the inventory row is locked, the order ApplyBatch takes them in, so
 // a BuyDirect and an ApplyBatch of the same order id wait for each other
 // instead of deadlocking.
-func (s *Store) buyDirect(ctx context.Context, r sale.Reservation, now time.Time) (sale.Order, bool, error) {
+func (s *pgStore) buyDirect(ctx context.Context, r sale.Reservation, now time.Time) (sale.Order, bool, error) {
 	var (
 		inserted, known, prior, byKey bool
 		existing, keyed               sale.Order
@@ -180,9 +180,9 @@ func (s *Store) buyDirect(ctx context.Context, r sale.Reservation, now time.Time
 }
 
 // scanOptionalOrder is scanOrder that reports a missing row as found = false.
-func scanOptionalOrder(row pgx.Row) (o sale.Order, found bool, err error) {
+func scanOptionalOrder(row scanner) (o sale.Order, found bool, err error) {
 	o, err = scanOrder(row)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if noRows(err) {
 		return sale.Order{}, false, nil
 	}
 	return o, err == nil, err

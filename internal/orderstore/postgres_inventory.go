@@ -40,7 +40,7 @@ RETURNING ` + skuColumns
 //
 // Invalid input wraps sale.ErrInvalid. It returns the SKU as committed.
 // Redis is not touched: keeping the gate in step with delta is the caller's job.
-func (s *Store) PutSKU(ctx context.Context, c SKUChange) (sku sale.SKU, delta int64, created bool, err error) {
+func (s *pgStore) PutSKU(ctx context.Context, c SKUChange) (sku sale.SKU, delta int64, created bool, err error) {
 	if err := c.validate(); err != nil {
 		return sale.SKU{}, 0, false, fmt.Errorf("orderstore: put sku: %w", err)
 	}
@@ -111,7 +111,7 @@ const skuSQL = `SELECT ` + skuColumns + ` FROM inventory WHERE sku_id = $1`
 
 // SKU returns the SKU with its current database stock. An absent SKU gives an
 // error wrapping sale.ErrUnknownSKU.
-func (s *Store) SKU(ctx context.Context, id string) (sale.SKU, error) {
+func (s *pgStore) SKU(ctx context.Context, id string) (sale.SKU, error) {
 	sku, err := scanSKU(s.pool.QueryRow(ctx, skuSQL, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sale.SKU{}, fmt.Errorf("orderstore: sku %q: %w", id, sale.ErrUnknownSKU)
@@ -125,7 +125,7 @@ func (s *Store) SKU(ctx context.Context, id string) (sale.SKU, error) {
 const skusSQL = `SELECT ` + skuColumns + ` FROM inventory ORDER BY sku_id`
 
 // SKUs returns every SKU, ordered by id (an empty slice when there are none).
-func (s *Store) SKUs(ctx context.Context) ([]sale.SKU, error) {
+func (s *pgStore) SKUs(ctx context.Context) ([]sale.SKU, error) {
 	rows, err := s.pool.Query(ctx, skusSQL)
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: skus: %w", err)
@@ -138,7 +138,7 @@ func (s *Store) SKUs(ctx context.Context) ([]sale.SKU, error) {
 }
 
 // scanSKU scans the columns of skuColumns. Times come back in UTC.
-func scanSKU(row pgx.Row) (sale.SKU, error) {
+func scanSKU(row scanner) (sale.SKU, error) {
 	var (
 		s                sale.SKU
 		startsAt, endsAt *time.Time

@@ -93,7 +93,7 @@ RETURNING ` + orderColumnList
 // sale.ErrOrderNotFound (absent, or not user's), sale.ErrOrderExpired
 // (cancelled by its user or the timeout: the caller refunds) or
 // sale.ErrOrderFailed.
-func (s *Store) Pay(ctx context.Context, id, user, ref string, now time.Time) (o sale.Order, again bool, err error) {
+func (s *pgStore) Pay(ctx context.Context, id, user, ref string, now time.Time) (o sale.Order, again bool, err error) {
 	for attempt := 0; ; attempt++ {
 		o, again, err = s.pay(ctx, id, user, ref, now)
 		if !errors.Is(err, errRaced) || attempt == 3 {
@@ -107,7 +107,7 @@ func (s *Store) Pay(ctx context.Context, id, user, ref string, now time.Time) (o
 // moment): try the compare-and-set again.
 var errRaced = errors.New("order changed during the update")
 
-func (s *Store) pay(ctx context.Context, id, user, ref string, now time.Time) (o sale.Order, again bool, err error) {
+func (s *pgStore) pay(ctx context.Context, id, user, ref string, now time.Time) (o sale.Order, again bool, err error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: pay %s: %w", id, err)
@@ -150,7 +150,7 @@ func orderRes(o sale.Order) sale.Reservation {
 
 // ownedOrder reads order id inside tx; not found (or not user's) wraps
 // sale.ErrOrderNotFound.
-func (s *Store) ownedOrder(ctx context.Context, tx pgx.Tx, id, user string) (sale.Order, error) {
+func (s *pgStore) ownedOrder(ctx context.Context, tx pgx.Tx, id, user string) (sale.Order, error) {
 	o, err := scanOrder(tx.QueryRow(ctx, orderSQL, id))
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && user != "" && o.User != user) {
 		return sale.Order{}, fmt.Errorf("orderstore: order %s: %w", id, sale.ErrOrderNotFound)
@@ -175,7 +175,7 @@ const giveStockSQL = `UPDATE inventory SET stock = stock + $2, updated_at = now(
 // released, and a release happens once. user, if not empty, must own the
 // order. Cancelling a cancelled order returns it with again = true. Errors
 // wrap sale.ErrOrderNotFound, sale.ErrOrderPaid or sale.ErrOrderFailed.
-func (s *Store) Cancel(ctx context.Context, id, user, cause string, now time.Time) (o sale.Order, again bool, err error) {
+func (s *pgStore) Cancel(ctx context.Context, id, user, cause string, now time.Time) (o sale.Order, again bool, err error) {
 	return s.release(ctx, id, user, cause, now, nil)
 }
 
@@ -183,7 +183,7 @@ func (s *Store) Cancel(ctx context.Context, id, user, cause string, now time.Tim
 // if its deadline (expires_at) is at or before now: nothing is released
 // early. An order not yet due, paid, or already released is returned with
 // released = false and no error.
-func (s *Store) Expire(ctx context.Context, id string, now time.Time) (o sale.Order, released bool, err error) {
+func (s *pgStore) Expire(ctx context.Context, id string, now time.Time) (o sale.Order, released bool, err error) {
 	o, again, err := s.release(ctx, id, "", sale.CancelPaymentTimeout, now, &now)
 	switch {
 	case errors.Is(err, errNotDue), errors.Is(err, sale.ErrOrderPaid), errors.Is(err, sale.ErrOrderFailed):
@@ -196,7 +196,7 @@ func (s *Store) Expire(ctx context.Context, id string, now time.Time) (o sale.Or
 
 var errNotDue = errors.New("not due")
 
-func (s *Store) release(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (o sale.Order, again bool, err error) {
+func (s *pgStore) release(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (o sale.Order, again bool, err error) {
 	for attempt := 0; ; attempt++ {
 		o, again, err = s.releaseOnce(ctx, id, user, cause, now, due)
 		if !errors.Is(err, errRaced) || attempt == 3 {
@@ -212,7 +212,7 @@ func (s *Store) release(ctx context.Context, id, user, cause string, now time.Ti
 	}
 }
 
-func (s *Store) releaseOnce(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (sale.Order, bool, error) {
+func (s *pgStore) releaseOnce(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (sale.Order, bool, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: release %s: %w", id, err)
@@ -273,7 +273,7 @@ RETURNING o.order_id, o.sku_id, o.user_id, o.quantity`
 // ExpireDue releases up to limit orders whose payment deadline passed, in
 // one transaction (status, stock, Redis restores owed, transitions), and
 // returns them. It is the sweeper: the safety net of the delayed trigger.
-func (s *Store) ExpireDue(ctx context.Context, now time.Time, limit int) ([]Restore, error) {
+func (s *pgStore) ExpireDue(ctx context.Context, now time.Time, limit int) ([]Restore, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: expire due: %w", err)
@@ -328,7 +328,7 @@ const requestCancelSQL = `INSERT INTO cancel_requests (order_id, user_id) VALUES
 // lands. If the order was applied meanwhile, it is cancelled now instead
 // (landed = true, with the order). The caller checked that the queued
 // reservation is user's.
-func (s *Store) RequestCancel(ctx context.Context, id, user string, now time.Time) (o sale.Order, landed bool, err error) {
+func (s *pgStore) RequestCancel(ctx context.Context, id, user string, now time.Time) (o sale.Order, landed bool, err error) {
 	if _, err := s.pool.Exec(ctx, requestCancelSQL, id, user); err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: request cancel %s: %w", id, err)
 	}
@@ -351,7 +351,7 @@ func (s *Store) RequestCancel(ctx context.Context, id, user string, now time.Tim
 const pendingRestoresSQL = `SELECT order_id, sku_id, user_id, quantity FROM redis_restores ORDER BY created_at LIMIT $1`
 
 // PendingRestores returns up to limit Redis restores owed, oldest first.
-func (s *Store) PendingRestores(ctx context.Context, limit int) ([]Restore, error) {
+func (s *pgStore) PendingRestores(ctx context.Context, limit int) ([]Restore, error) {
 	rows, err := s.pool.Query(ctx, pendingRestoresSQL, limit)
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: pending restores: %w", err)
@@ -368,7 +368,7 @@ func (s *Store) PendingRestores(ctx context.Context, limit int) ([]Restore, erro
 }
 
 // RestoresDone forgets restores the gate has applied.
-func (s *Store) RestoresDone(ctx context.Context, ids []string) error {
+func (s *pgStore) RestoresDone(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -376,7 +376,7 @@ func (s *Store) RestoresDone(ctx context.Context, ids []string) error {
 	return err
 }
 
-func (s *Store) waitForApply(ctx context.Context, id string) error {
+func (s *pgStore) waitForApply(ctx context.Context, id string) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err

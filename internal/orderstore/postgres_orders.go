@@ -19,7 +19,7 @@ const orderSQL = `SELECT ` + orderColumnList + ` FROM orders WHERE order_id = $1
 // Order returns the order with id as the database knows it. An order the
 // database has not applied (absent, or still queued upstream) gives an error
 // wrapping sale.ErrOrderNotFound. Times are in UTC.
-func (s *Store) Order(ctx context.Context, id string) (sale.Order, error) {
+func (s *pgStore) Order(ctx context.Context, id string) (sale.Order, error) {
 	o, err := scanOrder(s.pool.QueryRow(ctx, orderSQL, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sale.Order{}, fmt.Errorf("orderstore: order %q: %w", id, sale.ErrOrderNotFound)
@@ -31,7 +31,7 @@ func (s *Store) Order(ctx context.Context, id string) (sale.Order, error) {
 }
 
 // scanOrder scans the columns of orderColumnList. Times come back in UTC.
-func scanOrder(row pgx.Row) (sale.Order, error) {
+func scanOrder(row scanner) (sale.Order, error) {
 	var (
 		o                          sale.Order
 		status                     string
@@ -73,9 +73,6 @@ type Snapshot struct {
 	// Restores are releases whose Redis give-back is still pending: Stock
 	// already includes their units.
 	Restores []Restore
-	// ExternalCursor is the id of the newest stock change made outside
-	// flashsale (stock_audit external_change) that Stock includes.
-	ExternalCursor int64
 	// Holdings (user -> units of live orders) and IdempotencyKeys (user NUL
 	// key -> order id of live orders) are filled by SeedSnapshot only.
 	Holdings        map[string]int64
@@ -90,7 +87,7 @@ type Snapshot struct {
 //
 // The reconciler and the gate's loaders use it to tell reservations in
 // flight (not processed) from those the database stock already accounts for.
-func (s *Store) Snapshot(ctx context.Context, sku string, ids []string) (Snapshot, error) {
+func (s *pgStore) Snapshot(ctx context.Context, sku string, ids []string) (Snapshot, error) {
 	return s.snapshot(ctx, sku, ids, false)
 }
 
@@ -101,11 +98,11 @@ WHERE sku_id = $1 AND idempotency_key IS NOT NULL AND status IN ('pending_paymen
 // SeedSnapshot is Snapshot plus, in the same transaction, the buyers'
 // live holdings and the Idempotency-Keys of live orders: what a load of the
 // gate from scratch needs, all describing one instant.
-func (s *Store) SeedSnapshot(ctx context.Context, sku string, ids []string) (Snapshot, error) {
+func (s *pgStore) SeedSnapshot(ctx context.Context, sku string, ids []string) (Snapshot, error) {
 	return s.snapshot(ctx, sku, ids, true)
 }
 
-func (s *Store) snapshot(ctx context.Context, sku string, ids []string, full bool) (Snapshot, error) {
+func (s *pgStore) snapshot(ctx context.Context, sku string, ids []string, full bool) (Snapshot, error) {
 	snap := Snapshot{Processed: make(map[string]sale.Status)}
 	found := false
 	b := &pgx.Batch{}
@@ -135,7 +132,6 @@ func (s *Store) snapshot(ctx context.Context, sku string, ids []string, full boo
 		})
 		return err
 	})
-	b.Queue(maxExternalSQL, sku).QueryRow(func(row pgx.Row) error { return row.Scan(&snap.ExternalCursor) })
 	b.Queue(snapshotStockSQL, sku).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&snap.Stock)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -173,7 +169,7 @@ func (s *Store) snapshot(ctx context.Context, sku string, ids []string, full boo
 // (applied by ApplyBatch, sold by BuyDirect or discarded) and the status of
 // their order now; ids absent from the map have not been processed. It is
 // Snapshot without the stock, for re-seeding the gate from the database.
-func (s *Store) Processed(ctx context.Context, ids []string) (map[string]sale.Status, error) {
+func (s *pgStore) Processed(ctx context.Context, ids []string) (map[string]sale.Status, error) {
 	processed := make(map[string]sale.Status, len(ids))
 	if len(ids) == 0 {
 		return processed, nil
@@ -201,7 +197,7 @@ GROUP BY user_id`
 // LiveHoldings returns, per user, the quantity of sku held by live orders
 // (pending_payment and paid). Users holding nothing are absent; an unknown
 // SKU gives an empty map. Re-seeding the gate's buyer counts uses it.
-func (s *Store) LiveHoldings(ctx context.Context, sku string) (map[string]int64, error) {
+func (s *pgStore) LiveHoldings(ctx context.Context, sku string) (map[string]int64, error) {
 	rows, err := s.pool.Query(ctx, liveHoldingsSQL, sku)
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: live holdings %q: %w", sku, err)

@@ -71,7 +71,7 @@ const fenceSQL = `SELECT fence FROM inventory WHERE sku_id = $1`
 //
 // Two round trips: begin + log + take + reads, then order + commit. The row
 // lock is held from the update to the commit.
-func (s *Store) BuyConditional(ctx context.Context, r sale.Reservation, now time.Time) (sale.Order, bool, error) {
+func (s *pgStore) BuyConditional(ctx context.Context, r sale.Reservation, now time.Time) (sale.Order, bool, error) {
 	if err := validateDirect(r); err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: buy (conditional): %w", err)
 	}
@@ -89,7 +89,7 @@ func (s *Store) BuyConditional(ctx context.Context, r sale.Reservation, now time
 // nothing is written; it may take the lock again and retry with the same r.
 // Correctness never depends on the lock: the stock guard and the checks
 // under the row lock are those of BuyConditional.
-func (s *Store) BuyFenced(ctx context.Context, r sale.Reservation, now time.Time, token int64) (sale.Order, bool, error) {
+func (s *pgStore) BuyFenced(ctx context.Context, r sale.Reservation, now time.Time, token int64) (sale.Order, bool, error) {
 	if err := validateDirect(r); err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: buy (fenced): %w", err)
 	}
@@ -105,7 +105,7 @@ func (s *Store) BuyFenced(ctx context.Context, r sale.Reservation, now time.Time
 
 // Fence returns the highest lock token that changed sku's row (0: none);
 // sale.ErrUnknownSKU if there is no such row.
-func (s *Store) Fence(ctx context.Context, sku string) (int64, error) {
+func (s *pgStore) Fence(ctx context.Context, sku string) (int64, error) {
 	var f int64
 	err := s.pool.QueryRow(ctx, fenceSQL, sku).Scan(&f)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -132,7 +132,7 @@ func (s *Store) Fence(ctx context.Context, sku string) (int64, error) {
 // Per attempt, on one pooled connection: one round trip to read, two to
 // write (begin + log + compare-and-set, then order + commit). Under
 // contention on one row most attempts fail; that is what the strategy costs.
-func (s *Store) BuyOptimistic(ctx context.Context, r sale.Reservation, now time.Time, attempts int) (sale.Order, bool, error) {
+func (s *pgStore) BuyOptimistic(ctx context.Context, r sale.Reservation, now time.Time, attempts int) (sale.Order, bool, error) {
 	if err := validateDirect(r); err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: buy (optimistic): %w", err)
 	}
@@ -175,7 +175,7 @@ func validateDirect(r sale.Reservation) error {
 // held). done rolls back whatever is still open and returns the connection.
 type pipeTx struct{ conn *pgxpool.Conn }
 
-func (s *Store) beginPipe(ctx context.Context) (*pipeTx, error) {
+func (s *pgStore) beginPipe(ctx context.Context) (*pipeTx, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -208,7 +208,7 @@ func (p *pipeTx) done(ctx context.Context) {
 // queueCommit queues the insert of r's order, its transition and its audit
 // row (as BuyDirect writes them) and the COMMIT, storing the order in *order.
 // No Redis debit is owed: these strategies sell without the gate.
-func (s *Store) queueCommit(b *pgx.Batch, r sale.Reservation, now time.Time, order *sale.Order) {
+func (s *pgStore) queueCommit(b *pgx.Batch, r sale.Reservation, now time.Time, order *sale.Order) {
 	b.Queue(insertOrderSQL, r.OrderID, r.SKU, r.User, r.Quantity, nullString(r.IdempotencyKey), time.UnixMilli(r.AcceptedAt), s.expiry(r.AcceptedAt)).
 		QueryRow(func(row pgx.Row) error {
 			var err error
@@ -231,9 +231,9 @@ type skuRow struct {
 	Version, Fence int64
 }
 
-func scanSKURow(row pgx.Row) (k skuRow, found bool, err error) {
+func scanSKURow(row scanner) (k skuRow, found bool, err error) {
 	k.SKU, err = scanSKU(extraRow{row, []any{&k.Version, &k.Fence}})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if noRows(err) {
 		return skuRow{}, false, nil
 	}
 	return k, err == nil, err
@@ -241,14 +241,14 @@ func scanSKURow(row pgx.Row) (k skuRow, found bool, err error) {
 
 // extraRow scans the columns scanSKU knows, then extra ones.
 type extraRow struct {
-	pgx.Row
+	scanner
 	extra []any
 }
 
-func (e extraRow) Scan(dest ...any) error { return e.Row.Scan(append(dest, e.extra...)...) }
+func (e extraRow) Scan(dest ...any) error { return e.scanner.Scan(append(dest, e.extra...)...) }
 
 // buyTaking is BuyConditional (token 0) and BuyFenced.
-func (s *Store) buyTaking(ctx context.Context, r sale.Reservation, now time.Time, token int64) (sale.Order, bool, error) {
+func (s *pgStore) buyTaking(ctx context.Context, r sale.Reservation, now time.Time, token int64) (sale.Order, bool, error) {
 	var (
 		inserted, prior, took, byKey bool
 		existing, keyed              sale.Order
@@ -341,7 +341,7 @@ func (s *Store) buyTaking(ctx context.Context, r sale.Reservation, now time.Time
 
 // buyOptimisticOnce is one attempt of BuyOptimistic; done is false when the
 // version had changed (nothing written: try again).
-func (s *Store) buyOptimisticOnce(ctx context.Context, r sale.Reservation, now time.Time) (order sale.Order, dup, done bool, err error) {
+func (s *pgStore) buyOptimisticOnce(ctx context.Context, r sale.Reservation, now time.Time) (order sale.Order, dup, done bool, err error) {
 	var (
 		prior, known, byKey bool
 		existing, keyed     sale.Order

@@ -3,5 +3,5 @@
 -- while Redis was out). Keeps the reserved counter and the in-flight entries.
 -- KEYS[1] meta
 -- Returns 1.
-redis.call('HDEL', KEYS[1], 'epoch', 'avail')
+redis.call('HDEL', KEYS[1], 'epoch', 'avail', 'debt')
 return 1

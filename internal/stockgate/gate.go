@@ -377,7 +377,14 @@ type InFlight struct {
 	Loaded       bool
 	Epoch        string // which load of the SKU this read saw
 	Reserved     int64  // the monotonic reserved-units counter at the time of the read
-	Available    int64
+	// Available is what the gate may still sell net of its debt: the
+	// units owed because a stock decrement made outside the gate (an
+	// external change, a direct sale) took more than was available. It is
+	// negative while the debt exceeds the available units.
+	Available int64
+	// Debt is that debt: reservations already admitted that the database
+	// will refuse; their give-back pays it off instead of re-selling.
+	Debt         int64
 	Reservations []sale.Reservation
 }
 
@@ -406,6 +413,9 @@ func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
 	f.Available, _ = vals[2].AsInt64()
 	if len(vals) > 4 {
 		f.Epoch, _ = vals[4].ToString()
+	}
+	if len(vals) > 5 {
+		f.Debt, _ = vals[5].AsInt64()
 	}
 	kv, err := vals[3].AsStrSlice()
 	if err != nil {

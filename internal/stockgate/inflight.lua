@@ -1,8 +1,10 @@
 -- inflight.lua: read a SKU's in-flight reservations and reserved counter in
 -- one atomic step (the first half of a resync or a rebuild).
 -- KEYS[1] meta  KEYS[2] res
--- Returns {loaded (0/1), reserved counter, avail, {order_id, json, ...}, epoch}
-local m = redis.call('HMGET', KEYS[1], 'reserved', 'avail', 'epoch')
+-- Returns {loaded (0/1), reserved counter, avail - debt, {order_id, json, ...}, epoch, debt}
+-- (avail - debt is what the gate may still sell net of units it owes; see restore.lua)
+local m = redis.call('HMGET', KEYS[1], 'reserved', 'avail', 'epoch', 'debt')
 local loaded = 0
 if m[3] then loaded = 1 end
-return {loaded, tonumber(m[1]) or 0, tonumber(m[2]) or 0, redis.call('HGETALL', KEYS[2]), m[3] or ''}
+local debt = tonumber(m[4]) or 0
+return {loaded, tonumber(m[1]) or 0, (tonumber(m[2]) or 0) - debt, redis.call('HGETALL', KEYS[2]), m[3] or '', debt}

@@ -28,6 +28,7 @@ end
 local avail = tonumber(ARGV[1]) - tonumber(ARGV[3]) - (cnow - tonumber(ARGV[2]))
 if avail < 0 then avail = 0 end
 local function release_slot(user, qty)
+  if user == '' then return end
   local left = redis.call('HINCRBY', KEYS[2], user, -qty)
   if left <= 0 then redis.call('HDEL', KEYS[2], user) end
 end
@@ -52,5 +53,6 @@ while i + 2 <= #ARGV do
   end
   i = i + 3
 end
-redis.call('HSET', KEYS[1], 'avail', avail, 'limit', ARGV[4], 'starts', ARGV[5], 'ends', ARGV[6])
+-- avail is computed from the database's truth: any debt is settled by it.
+redis.call('HSET', KEYS[1], 'avail', avail, 'debt', 0, 'limit', ARGV[4], 'starts', ARGV[5], 'ends', ARGV[6])
 return {avail}

@@ -36,6 +36,6 @@ while i < #ARGV do
   i = i + 2
 end
 redis.call('HSETNX', KEYS[1], 'reserved', 0)
-redis.call('HSET', KEYS[1], 'avail', ARGV[1], 'limit', ARGV[2], 'starts', ARGV[3],
+redis.call('HSET', KEYS[1], 'avail', ARGV[1], 'debt', 0, 'limit', ARGV[2], 'starts', ARGV[3],
   'ends', ARGV[4], 'epoch', ARGV[5])
 return 1

@@ -1,0 +1,61 @@
+-- Change data capture: a stock change made outside flashsale (recorded by
+-- the audit trigger as external_change) is also owed to Redis, as a
+-- redis_restores row written in the changing transaction (order_id
+-- 'ext-<stock_audit id>', user_id ''). The restorer applies each to the gate
+-- exactly once (the gate's rel set is the token), woken by the NOTIFY; the
+-- pending rows are the resume position, so a restart loses nothing.
+
+-- +goose Up
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION inventory_audit_external() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    d bigint;
+    aid bigint;
+BEGIN
+    IF coalesce(current_setting('flashsale.audited', true), '') = 'on' THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        d := NEW.stock;
+    ELSE
+        d := NEW.stock - OLD.stock;
+    END IF;
+    IF d <> 0 THEN
+        INSERT INTO stock_audit (sku_id, store, delta, reason, actor)
+        VALUES (NEW.sku_id, 'db', d, 'external_change', current_user)
+        RETURNING id INTO aid;
+        INSERT INTO redis_restores (order_id, sku_id, user_id, quantity)
+        VALUES ('ext-' || aid, NEW.sku_id, '', d);
+        PERFORM pg_notify('flashsale_stock_changes', NEW.sku_id || ':' || aid);
+    END IF;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION inventory_audit_external() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    d bigint;
+    aid bigint;
+BEGIN
+    IF coalesce(current_setting('flashsale.audited', true), '') = 'on' THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        d := NEW.stock;
+    ELSE
+        d := NEW.stock - OLD.stock;
+    END IF;
+    IF d <> 0 THEN
+        INSERT INTO stock_audit (sku_id, store, delta, reason, actor)
+        VALUES (NEW.sku_id, 'db', d, 'external_change', current_user)
+        RETURNING id INTO aid;
+        PERFORM pg_notify('flashsale_stock_changes', NEW.sku_id || ':' || aid);
+    END IF;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+DELETE FROM redis_restores WHERE order_id LIKE 'ext-%';

@@ -1,0 +1,108 @@
+package orderstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/jackc/pgx/v5"
+)
+
+// scanner is a row to scan: pgx.Row, *sql.Row and *sql.Rows all are.
+type scanner interface{ Scan(dest ...any) error }
+
+// noRows reports whether err says a single-row query found none, in either dialect.
+func noRows(err error) bool { return errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) }
+
+// The MySQL writes every dialect-neutral rule shares. Each takes the open
+// transaction; multi-row VALUES lists stay far below max_allowed_packet for
+// the batch sizes the consumer uses (a row is < 1 KB).
+
+// myInsertTransitions inserts ts into order_transitions (the event outbox).
+func myInsertTransitions(ctx context.Context, tx *sql.Tx, ts []transition) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	var q strings.Builder
+	q.WriteString("INSERT INTO order_transitions (order_id, sku_id, user_id, quantity, from_status, to_status, cause, at) VALUES ")
+	args := make([]any, 0, 8*len(ts))
+	for i, t := range ts {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+		var from *string
+		if t.from != "" {
+			f := string(t.from)
+			from = &f
+		}
+		args = append(args, t.r.OrderID, t.r.SKU, t.r.User, t.r.Quantity, from, string(t.to), t.cause, t.at.UTC())
+	}
+	_, err := tx.ExecContext(ctx, q.String(), args...)
+	return err
+}
+
+// myInsertRestores records Redis work owed (a row per order id; a second
+// insert of the same order id changes nothing).
+func myInsertRestores(ctx context.Context, tx *sql.Tx, rs []Restore) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	var q strings.Builder
+	q.WriteString("INSERT IGNORE INTO redis_restores (order_id, sku_id, user_id, quantity) VALUES ")
+	args := make([]any, 0, 4*len(rs))
+	for i, r := range rs {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?, ?)")
+		args = append(args, r.OrderID, r.SKU, r.User, r.Quantity)
+	}
+	_, err := tx.ExecContext(ctx, q.String(), args...)
+	return err
+}
+
+// myInsertAudit writes stock_audit rows (store "" means "db"). flashsale's
+// MySQL sessions carry @flashsale_audited = 1, so the audit trigger leaves
+// their stock changes to these rows.
+func myInsertAudit(ctx context.Context, tx *sql.Tx, rows []auditRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var q strings.Builder
+	q.WriteString("INSERT INTO stock_audit (sku_id, store, delta, reason, order_id, actor, source_ip) VALUES ")
+	args := make([]any, 0, 7*len(rows))
+	for i, r := range rows {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+		store := r.store
+		if store == "" {
+			store = "db"
+		}
+		args = append(args, r.sku, store, r.delta, r.reason, nullString(r.orderID), r.actor, nullString(r.ip))
+	}
+	_, err := tx.ExecContext(ctx, q.String(), args...)
+	return err
+}
+
+// myOrderSQL reads one order (orderColumnList) by id.
+const myOrderSQL = `SELECT ` + orderColumnList + ` FROM orders WHERE order_id = ?`
+
+// myOptionalOrder reads order id in tx (found = false when absent).
+func myOptionalOrder(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, id string, forUpdate bool) (sale.Order, bool, error) {
+	query := myOrderSQL
+	if forUpdate {
+		query += " FOR UPDATE"
+	}
+	o, err := scanOrder(q.QueryRowContext(ctx, query, id))
+	if noRows(err) {
+		return sale.Order{}, false, nil
+	}
+	return o, err == nil, err
+}
