@@ -20,7 +20,9 @@ func (s *myStore) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]Outc
 func (s *myStore) Discard(ctx context.Context, r sale.Reservation) (bool, sale.Status, error) {
 	return false, "", errTODO
 }
-func (s *myStore) Order(ctx context.Context, id string) (sale.Order, error) { return sale.Order{}, errTODO }
+func (s *myStore) Order(ctx context.Context, id string) (sale.Order, error) {
+	return sale.Order{}, errTODO
+}
 func (s *myStore) Snapshot(ctx context.Context, sku string, ids []string) (Snapshot, error) {
 	return Snapshot{}, errTODO
 }
@@ -33,4 +35,3 @@ func (s *myStore) Processed(ctx context.Context, ids []string) (map[string]sale.
 func (s *myStore) LiveHoldings(ctx context.Context, sku string) (map[string]int64, error) {
 	return nil, errTODO
 }
-

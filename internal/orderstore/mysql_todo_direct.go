@@ -27,4 +27,3 @@ func (s *myStore) Fence(ctx context.Context, sku string) (int64, error) { return
 func (s *myStore) BuyOptimistic(ctx context.Context, r sale.Reservation, now time.Time, attempts int) (sale.Order, bool, error) {
 	return sale.Order{}, false, errTODO
 }
-

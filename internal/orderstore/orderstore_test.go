@@ -1,8 +1,8 @@
 package orderstore_test
 
 import (
-	"database/sql"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"

@@ -374,9 +374,9 @@ func (g *Gate) Fence(ctx context.Context, sku string) error {
 
 // InFlight is an atomic read of a SKU's reservations not yet closed.
 type InFlight struct {
-	Loaded       bool
-	Epoch        string // which load of the SKU this read saw
-	Reserved     int64  // the monotonic reserved-units counter at the time of the read
+	Loaded   bool
+	Epoch    string // which load of the SKU this read saw
+	Reserved int64  // the monotonic reserved-units counter at the time of the read
 	// Available is what the gate may still sell net of its debt: the
 	// units owed because a stock decrement made outside the gate (an
 	// external change, a direct sale) took more than was available. It is
