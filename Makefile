@@ -1,7 +1,8 @@
 # Targets for building, testing and linting flashsale. `make` alone lists them.
 #
-# `make test` is the test command: it makes sure PostgreSQL and Redis run
-# (scripts/ensure-services.sh), then runs every test with the race detector,
+# `make test` is the test command: it makes sure PostgreSQL, MariaDB and Redis
+# run (scripts/ensure-services.sh), then runs every test with the race
+# detector twice: on PostgreSQL, then on MariaDB (FLASHSALE_TEST_DIALECT),
 # failing (not skipping) tests whose service is missing.
 
 GO          ?= go
@@ -9,7 +10,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        ?= ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-short vet lint alerts bench run ci
+.PHONY: help build test test-postgres test-mysql test-short vet lint alerts bench run ci
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -17,10 +18,17 @@ help: ## List the targets
 build: ## Build bin/flashsale
 	$(GO) build -o bin/flashsale ./cmd/flashsale
 
-test: ## Ensure services and tools, check the alert rules, then run all tests with -race (missing services fail)
+test: ## Ensure services and tools, check the alert rules, then run all tests with -race on PostgreSQL and on MariaDB (missing services fail)
 	scripts/ensure-services.sh
 	$(MAKE) alerts
-	FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(MAKE) test-postgres
+	$(MAKE) test-mysql
+
+test-postgres: ## All tests with -race, the database being PostgreSQL
+	FLASHSALE_TEST_DIALECT=postgres FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-mysql: ## All tests with -race, the database being MariaDB/MySQL (FLASHSALE_TEST_MYSQL_URL)
+	FLASHSALE_TEST_DIALECT=mysql FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 test-short: ## Quick tests (-short); tests whose service is missing skip
 	env -u FLASHSALE_TEST_REQUIRE_SERVICES $(GO) test -short $(PKGS)

@@ -13,7 +13,7 @@
 #   PG_HOST=127.0.0.1 PG_PORT=5432 PG_CLUSTER=main PG_VERSION=<newest installed>
 #   REDIS_PORT=6379 REDIS_DIR=/var/lib/redis REDIS_LOGFILE=/var/log/redis/ci.log
 #   ENSURE_SERVICES_TIMEOUT=60   seconds to wait for each service to answer
-#   ENSURE_MARIADB=1             also ensure MariaDB on 127.0.0.1:3306 (not needed yet)
+#   ENSURE_MARIADB=0             skip MariaDB on 127.0.0.1:3306 (ensured by default)
 #
 # The script can be sourced (functions only, nothing runs) to test one part.
 set -euo pipefail
@@ -232,7 +232,7 @@ ensure_redis() {
 	fi
 }
 
-# ---- MariaDB (hook: not needed yet; runs only with ENSURE_MARIADB=1) ---------
+# ---- MariaDB (the second dialect of the test suite; ENSURE_MARIADB=0 skips) --
 
 mariadb_ready() { mariadb-admin -h 127.0.0.1 -P "$MARIADB_PORT" -u root --connect-timeout=3 ping >/dev/null 2>&1; }
 
@@ -269,7 +269,7 @@ main() {
 	ensure_tools
 	ensure_postgres
 	ensure_redis
-	if [[ ${ENSURE_MARIADB:-} == 1 ]]; then
+	if [[ ${ENSURE_MARIADB:-1} == 1 ]]; then
 		ensure_mariadb
 	fi
 	log "all services ready"

@@ -43,10 +43,10 @@ func snapshot(t *testing.T, h *harness, skus ...string) state {
 	}
 	for _, q := range []string{
 		"SELECT sku_id || ':' || stock || ':' || total_stock || ':' || per_user_limit FROM inventory ORDER BY sku_id",
-		"SELECT order_id || ':' || status FROM orders ORDER BY order_id",
+		"SELECT concat(order_id, ':', status) FROM orders ORDER BY order_id",
 		"SELECT tx_id FROM process_log ORDER BY tx_id",
 	} {
-		rows, err := h.a.store.Pool().Query(ctx, q)
+		rows, err := h.a.store.DB().QueryContext(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -18,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/redis/rueidis"
 
 	"github.com/flashsale/flashsale/internal/loadgen"
@@ -364,7 +363,7 @@ func (b *bench) inProcess(ctx context.Context, name string) (_ *loadgen.Strategy
 	c := b.cfg
 	c.PurchaseStrategy = name
 	dbName := "flashsale_bench_" + randomHex(6)
-	if c.DatabaseURL, err = withDatabaseName(b.cfg.DatabaseURL, dbName); err != nil {
+	if c.DatabaseURL, err = orderstore.WithDatabase(b.cfg.DatabaseURL, dbName); err != nil {
 		return nil, "", err
 	}
 	c.RedisPrefix = b.cfg.RedisPrefix + ":bench-" + randomHex(4)
@@ -401,7 +400,7 @@ func (b *bench) inProcess(ctx context.Context, name string) (_ *loadgen.Strategy
 		return nil, "", err
 	}
 	defer cl.Close()
-	chk := loadgen.Checker{DB: a.store.Pool(), DrainTimeout: b.o.drainTimeout}
+	chk := loadgen.Checker{DB: a.store, DrainTimeout: b.o.drainTimeout}
 	if name == strategy.Pipeline {
 		chk.Gate = a.gate
 	}
@@ -421,7 +420,7 @@ func (b *bench) againstTarget(ctx context.Context, name string) (*loadgen.Strate
 		return nil, "", err
 	}
 	defer cl.Close()
-	chk := loadgen.Checker{DB: a.store.Pool(), DrainTimeout: b.o.drainTimeout}
+	chk := loadgen.Checker{DB: a.store, DrainTimeout: b.o.drainTimeout}
 	if name == strategy.Pipeline {
 		chk.Gate = a.gate
 	}
@@ -497,7 +496,7 @@ func (b *bench) profile(name string) (stop func(), err error) {
 func (b *bench) cleanup(ctx context.Context, c config, dbName string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := dropDatabase(cctx, b.cfg.DatabaseURL, dbName); err != nil {
+	if err := dropScratch(cctx, b.cfg.DatabaseURL, dbName); err != nil {
 		fmt.Fprintf(b.stderr, "bench: dropping database %s: %v\n", dbName, err)
 	}
 	rc, err := newRedis(c.RedisURL)
@@ -510,33 +509,13 @@ func (b *bench) cleanup(ctx context.Context, c config, dbName string) {
 	}
 }
 
-// withDatabaseName returns the connection string base (a postgres:// URL or
-// a keyword/value DSN) naming database name instead.
-func withDatabaseName(base, name string) (string, error) {
-	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
-		u, err := url.Parse(base)
-		if err != nil {
-			return "", fmt.Errorf("database url: %w", err)
-		}
-		u.Path, u.RawPath = "/"+name, ""
-		return u.String(), nil
-	}
-	return strings.TrimSpace(base) + " dbname=" + name, nil
-}
-
-// dropDatabase drops name on the server of base, through its maintenance database.
-func dropDatabase(ctx context.Context, base, name string) error {
-	mu, err := withDatabaseName(base, "postgres")
+// dropScratch drops the scratch database name on the server of base.
+func dropScratch(ctx context.Context, base, name string) error {
+	u, err := orderstore.WithDatabase(base, name)
 	if err != nil {
 		return err
 	}
-	conn, err := pgx.Connect(ctx, mu)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-	return err
+	return orderstore.DropDatabase(ctx, u)
 }
 
 // setup describes the run for the report.

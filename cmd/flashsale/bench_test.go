@@ -29,7 +29,7 @@ func runBenchCmd(t *testing.T, args ...string) (benchReport, string, error) {
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "report.json")
 	full := append([]string{"bench", "-quiet", "-warmup", "200ms", "-json", jsonPath, "-html", filepath.Join(dir, "report.html"),
-		"-database-url", testenv.Postgres(t), "-redis-url", redisURL, "-redis-prefix", prefix}, args...)
+		"-database-url", testenv.Database(t), "-redis-url", redisURL, "-redis-prefix", prefix}, args...)
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

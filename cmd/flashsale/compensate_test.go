@@ -58,7 +58,7 @@ func TestRefusedCompensatedOnce(t *testing.T) {
 		}
 		// Refused buyers got their slot back: each may buy again (and finds the 3 units).
 		var failedUsers []string
-		rows, _ := h.a.store.Pool().Query(ctx, `SELECT user_id FROM orders WHERE sku_id='c' AND status='failed'`)
+		rows, _ := h.a.store.DB().QueryContext(ctx, `SELECT user_id FROM orders WHERE sku_id='c' AND status='failed'`)
 		for rows.Next() {
 			var u string
 			_ = rows.Scan(&u)

@@ -107,8 +107,8 @@ func TestDashboard(t *testing.T) {
 
 	t.Run("dead letter listed and replayed", func(t *testing.T) {
 		p.t = t
-		pool := h.a.store.Pool()
-		if _, err := pool.Exec(context.Background(), `ALTER TABLE orders ADD CONSTRAINT no_mallory CHECK (user_id <> 'mallory' OR status = 'failed')`); err != nil {
+		pool := h.a.store.DB()
+		if _, err := pool.ExecContext(context.Background(), `ALTER TABLE orders ADD CONSTRAINT no_mallory CHECK (user_id <> 'mallory' OR status = 'failed')`); err != nil {
 			t.Fatal(err)
 		}
 		r := h.buy("mallory", "watch-2", 1, "")
@@ -119,7 +119,7 @@ func TestDashboard(t *testing.T) {
 			document.querySelectorAll("#dlq tbody tr").length === 1 &&
 			document.querySelector("#dlq tbody tr .order").textContent === `+jsString(r.str("order_id"))+` &&
 			cell("watch-2", "flight") === "1"`)
-		if _, err := pool.Exec(context.Background(), `ALTER TABLE orders DROP CONSTRAINT no_mallory`); err != nil {
+		if _, err := pool.ExecContext(context.Background(), `ALTER TABLE orders DROP CONSTRAINT no_mallory`); err != nil {
 			t.Fatal(err)
 		}
 		p.do(chromedp.Click(chromedp.CSS("#dlq tbody tr button.replay")))

@@ -163,7 +163,7 @@ func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, 
 	deadline := time.Now().Add(60 * time.Second)
 	var rep invariant.Report
 	for {
-		rep, err = invariant.Check(ctx, a.store.Pool(), a.gate, sku, accepted, true)
+		rep, err = invariant.Check(ctx, a.store, a.gate, sku, accepted, true)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/invariant"
+	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
@@ -110,12 +111,19 @@ func TestDeadLetterReplayAndDiscard(t *testing.T) {
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_APPLY_BACKOFF", "50ms"))
 	h.mustPutSKU("d", 10, 1)
 	ctx := context.Background()
-	pool := h.a.store.Pool()
-	if _, err := pool.Exec(ctx, `
+	poison := []string{`
 CREATE FUNCTION refuse_poison() RETURNS trigger AS $$
-BEGIN IF NEW.user_id LIKE 'poison%' THEN RAISE EXCEPTION 'poison order %', NEW.order_id; END IF; RETURN NEW; END $$ LANGUAGE plpgsql;
-CREATE TRIGGER refuse_poison BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION refuse_poison();`); err != nil {
-		t.Fatal(err)
+BEGIN IF NEW.user_id LIKE 'poison%' THEN RAISE EXCEPTION 'poison order %', NEW.order_id; END IF; RETURN NEW; END $$ LANGUAGE plpgsql`,
+		`CREATE TRIGGER refuse_poison BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION refuse_poison()`}
+	if h.a.store.Dialect() == orderstore.MySQL {
+		poison = []string{`
+CREATE TRIGGER refuse_poison BEFORE INSERT ON orders FOR EACH ROW
+BEGIN IF NEW.user_id LIKE 'poison%' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'poison order'; END IF; END`}
+	}
+	for _, q := range poison {
+		if _, err := h.a.store.DB().ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var accepted []string
 	for _, u := range []string{"alice", "poison-1", "bob", "poison-2", "carol"} {
@@ -153,7 +161,11 @@ CREATE TRIGGER refuse_poison BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTI
 		t.Fatalf("while dead-lettered: %+v", rep)
 	}
 
-	if _, err := pool.Exec(ctx, `DROP TRIGGER refuse_poison ON orders`); err != nil {
+	drop := `DROP TRIGGER refuse_poison ON orders`
+	if h.a.store.Dialect() == orderstore.MySQL {
+		drop = `DROP TRIGGER refuse_poison`
+	}
+	if _, err := h.a.store.DB().ExecContext(ctx, drop); err != nil {
 		t.Fatal(err)
 	}
 	r := h.do(http.MethodPost, fmt.Sprintf("/admin/v1/dlq/%d/replay", int(seqOf[accepted[1]])), "", admin)
@@ -173,7 +185,7 @@ CREATE TRIGGER refuse_poison BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTI
 		t.Fatalf("after replay and discard: %+v", rep)
 	}
 	var reason string
-	if err := pool.QueryRow(ctx, `SELECT fail_reason FROM orders WHERE order_id = $1`, accepted[3]).Scan(&reason); err != nil || reason != "discarded" {
+	if err := h.a.store.DB().QueryRowContext(ctx, h.a.store.Rebind(`SELECT fail_reason FROM orders WHERE order_id = ?`), accepted[3]).Scan(&reason); err != nil || reason != "discarded" {
 		t.Fatalf("discarded order: %q %v", reason, err)
 	}
 	// The discarded buyer may buy again; the replayed one may not.
@@ -225,11 +237,11 @@ func TestBrokerOutage(t *testing.T) {
 	t.Logf("%d accepted, outbox held %d at one point during the outage", len(hs.ids()), n)
 }
 
-// TestDatabaseOutage: PostgreSQL is stopped (immediate) mid-sale and started
+// TestDatabaseOutage: the database (a private PostgreSQL or MariaDB server) is stopped (immediate; SIGKILL for MariaDB) mid-sale and started
 // again. Nothing is acknowledged before commit; the consumer resumes; every
 // 202 is exactly one order.
 func TestDatabaseOutage(t *testing.T) {
-	pg := testenv.StartPostgres(t)
+	pg := testenv.StartDatabase(t)
 	cfg := testConfig(t, "external", "FLASHSALE_DATABASE_URL", pg.URL("flashsale"), "FLASHSALE_APPLY_BACKOFF", "200ms")
 	h := newHarness(t, cfg)
 	h.mustPutSKU("p", 300, 1)
@@ -254,7 +266,7 @@ func TestDatabaseOutage(t *testing.T) {
 func TestDLQCommand(t *testing.T) {
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_APPLY_BACKOFF", "50ms", "FLASHSALE_MAX_DELIVER", "2"))
 	h.mustPutSKU("q", 5, 1)
-	if _, err := h.a.store.Pool().Exec(context.Background(), `ALTER TABLE orders ADD CONSTRAINT no_mallory CHECK (user_id <> 'mallory' OR status = 'failed')`); err != nil {
+	if _, err := h.a.store.DB().ExecContext(context.Background(), `ALTER TABLE orders ADD CONSTRAINT no_mallory CHECK (user_id <> 'mallory' OR status = 'failed')`); err != nil {
 		t.Fatal(err)
 	}
 	r := h.buy("mallory", "q", 1, "")
@@ -324,7 +336,7 @@ func TestRedisHangs(t *testing.T) {
 	checkSoldExactly(t, h, "h", hs, 500)
 	// Orders whose buyer was told 503 (outcome unknown) are theirs to claim:
 	// a retry with the same Idempotency-Key returns exactly that order.
-	rows, err := h.a.store.Pool().Query(context.Background(), `SELECT order_id, user_id FROM orders WHERE sku_id = 'h' AND status = 'pending_payment'`)
+	rows, err := h.a.store.DB().QueryContext(context.Background(), `SELECT order_id, user_id FROM orders WHERE sku_id = 'h' AND status = 'pending_payment'`)
 	if err != nil {
 		t.Fatal(err)
 	}

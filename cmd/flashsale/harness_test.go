@@ -47,7 +47,7 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 func testConfig(t *testing.T, nats string, overrides ...string) config {
 	t.Helper()
 	env := map[string]string{
-		"FLASHSALE_DATABASE_URL":      testenv.Postgres(t),
+		"FLASHSALE_DATABASE_URL":      testenv.Database(t),
 		"FLASHSALE_USER_TOKEN_SECRET": testSecret,
 		"FLASHSALE_ADMIN_TOKEN":       testAdmin,
 		"FLASHSALE_DATA_DIR":          t.TempDir(),
@@ -160,7 +160,7 @@ func settle(t *testing.T, a *app, sku string, accepted []string, within time.Dur
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		rep, err := invariant.Check(context.Background(), a.store.Pool(), a.gate, sku, accepted, true)
+		rep, err := invariant.Check(context.Background(), a.store, a.gate, sku, accepted, true)
 		if err != nil {
 			t.Fatal(err)
 		}

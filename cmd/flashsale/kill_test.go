@@ -130,7 +130,7 @@ func (p *proc) kill() {
 func procEnv(t *testing.T) map[string]string {
 	env := map[string]string{
 		"FLASHSALE_HTTP_ADDR":         freeAddr(t),
-		"FLASHSALE_DATABASE_URL":      testenv.Postgres(t),
+		"FLASHSALE_DATABASE_URL":      testenv.Database(t),
 		"FLASHSALE_NATS_URL":          testenv.NATS(t),
 		"FLASHSALE_USER_TOKEN_SECRET": testSecret,
 		"FLASHSALE_ADMIN_TOKEN":       testAdmin,
@@ -261,7 +261,7 @@ func newChecker(t *testing.T, env map[string]string) *checker {
 }
 
 func (c *checker) check(sku string, accepted []string, idle bool) invariant.Report {
-	rep, err := invariant.Check(context.Background(), c.a.store.Pool(), c.a.gate, sku, accepted, idle)
+	rep, err := invariant.Check(context.Background(), c.a.store, c.a.gate, sku, accepted, idle)
 	if err != nil {
 		c.t.Fatal(err)
 	}

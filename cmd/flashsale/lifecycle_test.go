@@ -46,7 +46,7 @@ func TestPayRacesTimeout(t *testing.T) {
 	// Pay each order at its deadline (expires_at), give or take 100 ms.
 	ctx := context.Background()
 	expiresAt := map[string]time.Time{}
-	rows, err := h.a.store.Pool().Query(ctx, `SELECT order_id, expires_at FROM orders WHERE sku_id = 'pay'`)
+	rows, err := h.a.store.DB().QueryContext(ctx, `SELECT order_id, expires_at FROM orders WHERE sku_id = 'pay'`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +82,11 @@ func TestPayRacesTimeout(t *testing.T) {
 		var status, reason string
 		var cancelledAt *time.Time
 		var transitions, terminal int
-		err := h.a.store.Pool().QueryRow(ctx, `
+		err := h.a.store.DB().QueryRowContext(ctx, h.a.store.Rebind(`
 SELECT o.status, coalesce(o.cancel_reason, ''), o.cancelled_at,
        (SELECT count(*) FROM order_transitions x WHERE x.order_id = o.order_id),
        (SELECT count(*) FROM order_transitions x WHERE x.order_id = o.order_id AND x.to_status IN ('paid','cancelled'))
-FROM orders o WHERE o.order_id = $1`, id).Scan(&status, &reason, &cancelledAt, &transitions, &terminal)
+FROM orders o WHERE o.order_id = ?`), id).Scan(&status, &reason, &cancelledAt, &transitions, &terminal)
 		if err != nil {
 			t.Fatal(err)
 		}

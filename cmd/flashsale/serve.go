@@ -229,6 +229,10 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() { a.expireLoop(wctx) })
 	a.goRun(func() { monitor.Run(wctx, cfg.MonitorEvery) })
 	a.goRun(func() { a.lifecycle.RunRestorer(wctx, 500*time.Millisecond) })
+	// Stock changes made outside flashsale are owed to Redis by the database
+	// trigger (redis_restores); on PostgreSQL a NOTIFY wakes the restorer at
+	// once, elsewhere (MySQL) its 500 ms poll finds them.
+	a.goRun(func() { listenRestores(wctx, a.store, a.lifecycle.Kick, a.log) })
 	a.goRun(func() { a.lifecycle.RunSweeper(wctx, cfg.SweepEvery) })
 	a.goRun(func() { a.reconciler.Run(wctx, cfg.ReconcileEvery, a.gate, instanceID(), a.activeSKUs) })
 	a.goRun(func() { events.New(a.store, a.queue, log).Run(wctx, 250*time.Millisecond) })
@@ -426,4 +430,22 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	fmt.Fprintln(stdout, "migrations applied")
 	return nil
+}
+
+// listenRestores kicks the restorer on every change notification until ctx
+// ends, reconnecting after a failure; on a database without notifications it
+// returns at once (the restorer polls).
+func listenRestores(ctx context.Context, store *orderstore.Store, kick func(), log *slog.Logger) {
+	for ctx.Err() == nil {
+		err := store.ListenRestores(ctx, kick)
+		if errors.Is(err, orderstore.ErrNoNotify) || ctx.Err() != nil {
+			return
+		}
+		log.Warn("listening for stock changes made outside flashsale; polling meanwhile", "err", err)
+		kick() // whatever was notified while the listener was down
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -22,6 +22,10 @@ const (
 	// ReleaseAfterStatusBeforeRestock sits in the restorer: a release is
 	// committed in the database, its units not yet back in Redis.
 	ReleaseAfterStatusBeforeRestock = "release_after_status_before_restock"
+	// RestoreAfterRedisBeforeDone sits in the restorer: owed changes (a
+	// release, a direct sale, a stock change made outside flashsale) are
+	// applied in Redis, not yet marked done in the database.
+	RestoreAfterRedisBeforeDone = "restore_after_redis_before_done"
 	// EventsAfterPublishBeforeMark sits in the event publisher: events are
 	// in the stream, not yet marked published in the database.
 	EventsAfterPublishBeforeMark = "events_after_publish_before_mark"

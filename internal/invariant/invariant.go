@@ -1,13 +1,14 @@
 // Package invariant checks the design brief's invariants for a SKU directly
-// from PostgreSQL and Redis, never from the service's own counters. Tests,
-// the demo and the load generator all use it.
+// from the database (PostgreSQL or MySQL) and Redis, never from the service's
+// own counters. Tests, the demo and the load generator all use it.
 package invariant
 
 import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"database/sql"
+	"strings"
 
 	"github.com/flashsale/flashsale/internal/stockgate"
 )
@@ -40,35 +41,63 @@ func (r *Report) failf(format string, args ...any) {
 	r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
 }
 
+// The statements are plain SQL that PostgreSQL and MySQL both run; DB.Rebind
+// adapts the placeholders.
 const snapshotSQL = `
 SELECT i.stock, i.total_stock, i.per_user_limit,
-       COALESCE(SUM(o.quantity) FILTER (WHERE o.status IN ('pending_payment','paid')), 0),
-       COUNT(o.order_id) FILTER (WHERE o.status IN ('pending_payment','paid')),
-       COUNT(o.order_id) FILTER (WHERE o.status = 'failed'),
+       COALESCE(SUM(CASE WHEN o.status IN ('pending_payment','paid') THEN o.quantity ELSE 0 END), 0),
+       COUNT(CASE WHEN o.status IN ('pending_payment','paid') THEN 1 END),
+       COUNT(CASE WHEN o.status = 'failed' THEN 1 END),
        COUNT(o.order_id),
        (SELECT COUNT(*) FROM process_log p WHERE p.sku_id = i.sku_id),
        COALESCE((SELECT MAX(u.n) FROM (SELECT SUM(quantity) AS n FROM orders
            WHERE sku_id = i.sku_id AND status IN ('pending_payment','paid') GROUP BY user_id) u), 0)
 FROM inventory i LEFT JOIN orders o ON o.sku_id = i.sku_id
-WHERE i.sku_id = $1
+WHERE i.sku_id = ?
 GROUP BY i.sku_id, i.stock, i.total_stock, i.per_user_limit`
 
 const unloggedSQL = `
-SELECT COUNT(*) FROM orders o WHERE o.sku_id = $1
+SELECT COUNT(*) FROM orders o WHERE o.sku_id = ?
 AND NOT EXISTS (SELECT 1 FROM process_log p WHERE p.tx_id = o.order_id)`
 
-const auditSumSQL = `SELECT coalesce(sum(delta), 0)::bigint FROM stock_audit WHERE sku_id = $1 AND store = 'db'`
+const auditSumSQL = `SELECT COALESCE(SUM(delta), 0) FROM stock_audit WHERE sku_id = ? AND store = 'db'`
 
-const acceptedSQL = `SELECT COUNT(*), COUNT(DISTINCT order_id) FROM orders WHERE order_id = ANY($1)`
+// DB is the database to read: the order store's outside client (DB) and its
+// placeholder style (Rebind). *orderstore.Store is one.
+type DB interface {
+	DB() *sql.DB
+	Rebind(query string) string
+}
+
+// countAccepted returns how many order rows, and distinct order ids among
+// them, the ids have (in chunks: IN lists stay short).
+func countAccepted(ctx context.Context, db DB, ids []string) (rows, distinct int64, err error) {
+	const chunk = 500
+	for i := 0; i < len(ids); i += chunk {
+		part := ids[i:min(i+chunk, len(ids))]
+		q := "SELECT COUNT(*), COUNT(DISTINCT order_id) FROM orders WHERE order_id IN (" +
+			strings.TrimSuffix(strings.Repeat("?,", len(part)), ",") + ")"
+		args := make([]any, len(part))
+		for j, id := range part {
+			args[j] = id
+		}
+		var r, d int64
+		if err := db.DB().QueryRowContext(ctx, db.Rebind(q), args...).Scan(&r, &d); err != nil {
+			return 0, 0, err
+		}
+		rows, distinct = rows+r, distinct+d
+	}
+	return rows, distinct, nil
+}
 
 // Check reads sku's state and checks I1 (stock >= 0, stock + live = total,
 // in one snapshot), I3 when idle is true (Redis available = database stock,
 // nothing in flight or in the outbox), I4 for the accepted order ids (each is
 // exactly one order row), I5 (one idempotency row per order) and I6 (no user
 // over the limit). gate may be nil to skip Redis.
-func Check(ctx context.Context, db *pgxpool.Pool, gate *stockgate.Gate, sku string, accepted []string, idle bool) (Report, error) {
+func Check(ctx context.Context, db DB, gate *stockgate.Gate, sku string, accepted []string, idle bool) (Report, error) {
 	r := Report{SKU: sku}
-	err := db.QueryRow(ctx, snapshotSQL, sku).Scan(&r.DBStock, &r.TotalStock, &r.PerUserLimit,
+	err := db.DB().QueryRowContext(ctx, db.Rebind(snapshotSQL), sku).Scan(&r.DBStock, &r.TotalStock, &r.PerUserLimit,
 		&r.LiveUnits, &r.LiveOrders, &r.FailedOrders, &r.Orders, &r.ProcessLog, &r.MaxUserUnits)
 	if err != nil {
 		return r, fmt.Errorf("invariant: snapshot of %s: %w", sku, err)
@@ -89,24 +118,29 @@ func Check(ctx context.Context, db *pgxpool.Pool, gate *stockgate.Gate, sku stri
 		r.failf("I5: %d idempotency rows for %d orders", r.ProcessLog, r.Orders)
 	}
 	var unlogged int64
-	if err := db.QueryRow(ctx, unloggedSQL, sku).Scan(&unlogged); err != nil {
+	if err := db.DB().QueryRowContext(ctx, db.Rebind(unloggedSQL), sku).Scan(&unlogged); err != nil {
 		return r, fmt.Errorf("invariant: %w", err)
 	}
 	if unlogged != 0 {
 		r.failf("I5: %d orders without an idempotency row", unlogged)
 	}
-	if err := db.QueryRow(ctx, auditSumSQL, sku).Scan(&r.AuditSum); err != nil {
+	if err := db.DB().QueryRowContext(ctx, db.Rebind(auditSumSQL), sku).Scan(&r.AuditSum); err != nil {
 		return r, fmt.Errorf("invariant: %w", err)
 	}
 	if idle && r.AuditSum != r.DBStock {
 		r.failf("audit: db deltas sum to %d, database stock is %d", r.AuditSum, r.DBStock)
 	}
 	if accepted != nil {
-		var rows, distinct int64
-		if err := db.QueryRow(ctx, acceptedSQL, accepted).Scan(&rows, &distinct); err != nil {
+		u := uniq(accepted)
+		ids := make([]string, 0, len(u))
+		for id := range u {
+			ids = append(ids, id)
+		}
+		rows, distinct, err := countAccepted(ctx, db, ids)
+		if err != nil {
 			return r, fmt.Errorf("invariant: %w", err)
 		}
-		want := int64(len(uniq(accepted)))
+		want := int64(len(u))
 		if rows != want || distinct != want {
 			r.failf("I4: %d accepted order ids, %d order rows (%d distinct)", want, rows, distinct)
 		}
@@ -133,6 +167,17 @@ func Check(ctx context.Context, db *pgxpool.Pool, gate *stockgate.Gate, sku stri
 		}
 	}
 	return r, nil
+}
+
+// Missing returns how many of the distinct order ids have no order row.
+func Missing(ctx context.Context, db DB, ids []string) (int64, error) {
+	u := uniq(ids)
+	list := make([]string, 0, len(u))
+	for id := range u {
+		list = append(list, id)
+	}
+	_, distinct, err := countAccepted(ctx, db, list)
+	return int64(len(list)) - distinct, err
 }
 
 func uniq(ids []string) map[string]bool {

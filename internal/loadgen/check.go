@@ -6,21 +6,21 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/rueidis"
 
 	"github.com/flashsale/flashsale/internal/invariant"
 	"github.com/flashsale/flashsale/internal/stockgate"
 )
 
-// Checker verifies a run from PostgreSQL and Redis directly, never from the
-// service's own counters.
+// Checker verifies a run from the database (PostgreSQL or MySQL) and Redis
+// directly, never from the service's own counters.
 type Checker struct {
-	DB *pgxpool.Pool
+	DB invariant.DB
 	// Gate is the Redis gate of the service, or nil when the strategy sells
 	// straight from the database (its Redis state is then not the sale's:
 	// I3 is skipped).
@@ -56,16 +56,11 @@ func (v *Verdict) failf(format string, args ...any) {
 	v.Violations = append(v.Violations, fmt.Sprintf(format, args...))
 }
 
-// missingSQL counts the ids of $1 without an order row.
-const missingSQL = `
-SELECT count(*) FROM unnest($1::text[]) AS a(id)
-WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.order_id = a.id)`
-
 // doubledSQL counts live orders beyond the first per user and Idempotency-Key.
 const doubledSQL = `
-SELECT coalesce(sum(n - 1), 0)::bigint FROM (
+SELECT coalesce(sum(n - 1), 0) FROM (
     SELECT count(*) AS n FROM orders
-    WHERE sku_id = $1 AND idempotency_key IS NOT NULL AND status IN ('pending_payment', 'paid')
+    WHERE sku_id = ? AND idempotency_key IS NOT NULL AND status IN ('pending_payment', 'paid')
     GROUP BY user_id, idempotency_key HAVING count(*) > 1) d`
 
 // Drain waits until the sale is idle: nothing in flight or in the outbox in
@@ -102,24 +97,18 @@ func (c Checker) Drain(ctx context.Context, accepted map[string][]string) (time.
 
 // Releases (cancellations, payment timeouts) owe the gate their units
 // until the restorer has given them back: the sale is not idle before.
-const (
-	hasRestoresSQL     = `SELECT to_regclass('redis_restores') IS NOT NULL`
-	pendingRestoresSQL = `SELECT count(*) FROM redis_restores WHERE sku_id = ANY($1::text[])`
-)
+const pendingRestoresSQL = `SELECT count(*) FROM redis_restores WHERE sku_id IN (`
 
 func (c Checker) idle(ctx context.Context, accepted map[string][]string) (bool, error) {
 	if c.Gate != nil {
-		var has bool
-		if err := c.DB.QueryRow(ctx, hasRestoresSQL).Scan(&has); err != nil {
-			return false, fmt.Errorf("loadgen: %w", err)
-		}
-		if has {
-			skus := make([]string, 0, len(accepted))
+		if len(accepted) > 0 {
+			skus := make([]any, 0, len(accepted))
 			for sku := range accepted {
 				skus = append(skus, sku)
 			}
+			q := pendingRestoresSQL + strings.TrimSuffix(strings.Repeat("?,", len(skus)), ",") + ")"
 			var owed int64
-			if err := c.DB.QueryRow(ctx, pendingRestoresSQL, skus).Scan(&owed); err != nil {
+			if err := c.DB.DB().QueryRowContext(ctx, c.DB.Rebind(q), skus...).Scan(&owed); err != nil {
 				return false, fmt.Errorf("loadgen: pending restores: %w", err)
 			}
 			if owed > 0 {
@@ -144,8 +133,8 @@ func (c Checker) idle(ctx context.Context, accepted map[string][]string) (bool, 
 	for _, ids := range accepted {
 		all = append(all, ids...)
 	}
-	var missing int64
-	if err := c.DB.QueryRow(ctx, missingSQL, all).Scan(&missing); err != nil {
+	missing, err := invariant.Missing(ctx, c.DB, all)
+	if err != nil {
 		return false, fmt.Errorf("loadgen: accepted orders: %w", err)
 	}
 	return missing == 0, nil
@@ -186,11 +175,12 @@ func (c Checker) checkInvariants(ctx context.Context, accepted map[string][]stri
 		}
 		v.Sold += rep.LiveUnits
 		v.Oversold += max(rep.LiveUnits-rep.TotalStock, 0) + max(-rep.DBStock, 0)
-		var missing, doubled int64
-		if err := c.DB.QueryRow(ctx, missingSQL, accepted[sku]).Scan(&missing); err != nil {
+		missing, err := invariant.Missing(ctx, c.DB, accepted[sku])
+		if err != nil {
 			return fmt.Errorf("loadgen: lost orders: %w", err)
 		}
-		if err := c.DB.QueryRow(ctx, doubledSQL, sku).Scan(&doubled); err != nil {
+		var doubled int64
+		if err := c.DB.DB().QueryRowContext(ctx, c.DB.Rebind(doubledSQL), sku).Scan(&doubled); err != nil {
 			return fmt.Errorf("loadgen: doubled orders: %w", err)
 		}
 		v.Lost += missing

@@ -32,6 +32,42 @@ func reversed[T any](s []T) []T {
 
 func dup(o orderstore.Outcome) orderstore.Outcome { o.Duplicate = true; return o }
 
+// cancelBehindStore cancels order id and gives its units back to the stock
+// as a release would, in one transaction of the outside client. The outside
+// client's stock change counts as an external one on both dialects: it is
+// audited, and the trigger makes total_stock follow it, so a second update
+// puts total_stock back (a release leaves the allocation alone).
+func cancelBehindStore(t testing.TB, s *orderstore.Store, id string) {
+	t.Helper()
+	ctx := testContext(t)
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	for _, st := range []struct {
+		q    string
+		args []any
+	}{
+		{`UPDATE inventory SET stock = stock + (SELECT quantity FROM orders WHERE order_id = ?)
+WHERE sku_id = (SELECT sku_id FROM orders WHERE order_id = ?)`, []any{id, id}},
+		{`UPDATE inventory SET total_stock = total_stock - (SELECT quantity FROM orders WHERE order_id = ?)
+WHERE sku_id = (SELECT sku_id FROM orders WHERE order_id = ?)`, []any{id, id}},
+		{`UPDATE orders SET status = 'cancelled' WHERE order_id = ?`, []any{id}},
+	} {
+		res, err := tx.ExecContext(ctx, s.Rebind(st.q), st.args...)
+		if err != nil {
+			t.Fatalf("cancel %s: %v", id, err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			t.Fatalf("cancel %s: %d rows changed, want 1", id, n)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestApplyBatch(t *testing.T) {
 	s := newStore(t)
 	ctx := testContext(t)
@@ -251,9 +287,7 @@ func TestApplyBatchReportsCurrentStatusOfDuplicates(t *testing.T) {
 	if _, err := s.ApplyBatch(ctx, []sale.Reservation{r}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Pool().Exec(ctx, `UPDATE orders SET status = 'paid' WHERE order_id = $1`, r.OrderID); err != nil {
-		t.Fatal(err)
-	}
+	execSQL(t, s, `UPDATE orders SET status = 'paid' WHERE order_id = ?`, r.OrderID)
 	got, err := s.ApplyBatch(ctx, []sale.Reservation{r})
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +308,7 @@ func TestApplyBatchIdempotencyKey(t *testing.T) {
 	if _, err := s.ApplyBatch(ctx, []sale.Reservation{with, without}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.Pool().Query(ctx, `SELECT order_id, idempotency_key FROM orders ORDER BY order_id`)
+	rows, err := s.DB().QueryContext(ctx, `SELECT order_id, idempotency_key FROM orders ORDER BY order_id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,13 +454,8 @@ func TestApplyBatchConcurrent(t *testing.T) {
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("ledger (-want +got):\n%s", diff)
 	}
-	var dupLogs, dupOrders int64
-	if err := s.Pool().QueryRow(ctx, `SELECT count(*) - count(DISTINCT tx_id) FROM process_log`).Scan(&dupLogs); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Pool().QueryRow(ctx, `SELECT count(*) - count(DISTINCT order_id) FROM orders`).Scan(&dupOrders); err != nil {
-		t.Fatal(err)
-	}
+	dupLogs := queryInt(t, s, `SELECT count(*) - count(DISTINCT tx_id) FROM process_log`)
+	dupOrders := queryInt(t, s, `SELECT count(*) - count(DISTINCT order_id) FROM orders`)
 	if dupLogs != 0 || dupOrders != 0 {
 		t.Errorf("repeated ids: %d in process_log, %d in orders", dupLogs, dupOrders)
 	}
@@ -449,14 +478,8 @@ func TestSnapshotAndLiveHoldings(t *testing.T) {
 		t.Fatal(err)
 	}
 	// dave pays, bob's order is cancelled (stock given back as release would).
-	if _, err := s.Pool().Exec(ctx, `UPDATE orders SET status = 'paid' WHERE order_id = $1`, oid(1, 5)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Pool().Exec(ctx, `
-WITH c AS (UPDATE orders SET status = 'cancelled' WHERE order_id = $1 RETURNING sku_id, quantity)
-UPDATE inventory i SET stock = i.stock + c.quantity FROM c WHERE i.sku_id = c.sku_id`, oid(1, 2)); err != nil {
-		t.Fatal(err)
-	}
+	execSQL(t, s, `UPDATE orders SET status = 'paid' WHERE order_id = ?`, oid(1, 5))
+	cancelBehindStore(t, s, oid(1, 2))
 
 	unapplied := oid(1, 99)
 	snap, err := s.Snapshot(ctx, "SNAP", []string{oid(1, 1), oid(1, 2), oid(1, 4), oid(1, 5), unapplied})
@@ -554,7 +577,7 @@ func TestErrorsLeaveNothingBehind(t *testing.T) {
 	}
 
 	// Unmigrated database.
-	bare, err := orderstore.Open(ctx, testenv.Postgres(t), orderstore.Options{})
+	bare, err := orderstore.Open(ctx, testenv.Database(t), orderstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,13 +599,6 @@ func TestApplyBatchPerUserLimit(t *testing.T) {
 	putSKUChange(t, s, orderstore.SKUChange{ID: "LIM", TotalStock: 20, PerUserLimit: 2})
 	putSKUChange(t, s, orderstore.SKUChange{ID: "LIM0", TotalStock: 0, PerUserLimit: 1})
 	limited := func(id string) orderstore.Outcome { return failed(id, orderstore.ReasonLimitReached) }
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := s.Pool().Exec(ctx, sql, args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-
 	steps := []struct {
 		name      string
 		before    func()
@@ -616,10 +632,8 @@ func TestApplyBatchPerUserLimit(t *testing.T) {
 		{
 			name: "a paid order counts, a cancelled one does not",
 			before: func() {
-				exec(`UPDATE orders SET status = 'paid' WHERE order_id = $1`, oid(1, 3)) // bob
-				exec(`
-WITH c AS (UPDATE orders SET status = 'cancelled' WHERE order_id = $1 RETURNING sku_id, quantity)
-UPDATE inventory i SET stock = i.stock + c.quantity FROM c WHERE i.sku_id = c.sku_id`, oid(1, 1)) // alice
+				execSQL(t, s, `UPDATE orders SET status = 'paid' WHERE order_id = ?`, oid(1, 3)) // bob
+				cancelBehindStore(t, s, oid(1, 1))                                               // alice
 			},
 			batch: []sale.Reservation{
 				resv(oid(1, 8), "LIM", "bob", 2),

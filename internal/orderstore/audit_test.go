@@ -71,11 +71,46 @@ func TestAuditTrail(t *testing.T) {
 		}
 	}
 	// An ERP restock straight in the database.
-	if _, err := s.Pool().Exec(testContext(t), `UPDATE inventory SET stock = stock + 50, total_stock = total_stock + 50 WHERE sku_id = 'A'`); err != nil {
-		t.Fatal(err)
-	}
+	execSQL(t, s, `UPDATE inventory SET stock = stock + 50, total_stock = total_stock + 50 WHERE sku_id = ?`, "A")
 	sum, by = auditSum(t, s, "A")
 	if l := checkInvariants(t, s, "A"); sum != l.Stock || by["external_change"] != 1 {
 		t.Fatalf("after an external change: sum %d, stock %d, %v", sum, l.Stock, by)
+	}
+}
+
+// TestAuditRedis: a change of the gate's stock is recorded with store redis
+// and the caller's actor, does not count in the database's deltas, and Audit
+// pages by id.
+func TestAuditRedis(t *testing.T) {
+	s := newStore(t)
+	putSKU(t, s, "R", 10)
+	ctx := orderstore.WithActor(testContext(t), orderstore.Actor{Name: "system:reconciler", SourceIP: "203.0.113.5"})
+	if err := s.AuditRedis(ctx, "R", -3, orderstore.AuditRedisFix); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AuditRedis(testContext(t), "R", 7, orderstore.AuditRedisReseed); err != nil {
+		t.Fatal(err)
+	}
+	es, err := s.Audit(testContext(t), "R", 0, 100)
+	if err != nil || len(es) != 3 {
+		t.Fatalf("Audit = %+v, %v", es, err)
+	}
+	fix, reseed := es[1], es[2]
+	if fix.Store != "redis" || fix.Delta != -3 || fix.Reason != orderstore.AuditRedisFix || fix.Actor != "system:reconciler" ||
+		fix.SourceIP != "203.0.113.5" || fix.OrderID != "" || fix.SKU != "R" || fix.CreatedAt.IsZero() || fix.CreatedAt.Location() != time.UTC {
+		t.Errorf("correction row %+v", fix)
+	}
+	if reseed.Store != "redis" || reseed.Delta != 7 || reseed.Actor != "system" || reseed.SourceIP != "" {
+		t.Errorf("reseed row %+v", reseed)
+	}
+	if sum, _ := auditSum(t, s, "R"); sum != 10 {
+		t.Errorf("db deltas add up to %d, want 10", sum)
+	}
+	page, err := s.Audit(testContext(t), "R", es[0].ID, 1)
+	if err != nil || len(page) != 1 || page[0].ID != fix.ID {
+		t.Errorf("page after %d: %+v, %v", es[0].ID, page, err)
+	}
+	if none, err := s.Audit(testContext(t), "other", 0, 10); err != nil || none == nil || len(none) != 0 {
+		t.Errorf("Audit of another SKU = %#v, %v; want an empty slice", none, err)
 	}
 }

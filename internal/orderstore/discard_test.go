@@ -159,9 +159,7 @@ func TestProcessed(t *testing.T) {
 	if _, _, err := s.Discard(ctx, resv(oid(1, 5), "PROC", "u3", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Pool().Exec(ctx, `UPDATE orders SET status = 'paid' WHERE order_id = $1`, oid(1, 3)); err != nil {
-		t.Fatal(err)
-	}
+	execSQL(t, s, `UPDATE orders SET status = 'paid' WHERE order_id = ?`, oid(1, 3))
 
 	got, err := s.Processed(ctx, []string{oid(1, 1), oid(1, 2), oid(1, 3), oid(1, 4), oid(1, 5), oid(1, 6), oid(1, 1)})
 	if err != nil {

@@ -36,7 +36,7 @@ func restoresOf(t *testing.T, s *orderstore.Store) map[string]orderstore.Restore
 
 func transitions(t *testing.T, s *orderstore.Store, id string) []string {
 	t.Helper()
-	rows, err := s.Pool().Query(testContext(t), `SELECT coalesce(from_status,'') || '>' || to_status || ':' || cause FROM order_transitions WHERE order_id = $1 ORDER BY id`, id)
+	rows, err := s.DB().QueryContext(testContext(t), s.Rebind(`SELECT concat(coalesce(from_status, ''), '>', to_status, ':', cause) FROM order_transitions WHERE order_id = ? ORDER BY id`), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +44,13 @@ func transitions(t *testing.T, s *orderstore.Store, id string) []string {
 	var out []string
 	for rows.Next() {
 		var v string
-		_ = rows.Scan(&v)
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
 		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -217,5 +222,171 @@ func TestCancelWhileQueued(t *testing.T) {
 	o, landed, err := s.RequestCancel(ctx, other.OrderID, "otto", time.Now())
 	if err != nil || !landed || o.Status != sale.StatusCancelled {
 		t.Fatalf("request cancel of a landed order: %+v %v %v", o, landed, err)
+	}
+}
+
+// TestPublishTransitions: the outbox hands transitions over oldest first, at
+// most limit at a time, marks them published only when publish succeeds, and
+// two publishers at once never get the same row (SKIP LOCKED).
+func TestPublishTransitions(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKU(t, s, "P", 10)
+	a, b, c := newResv("P", "ann", 1), newResv("P", "bob", 2), newResv("P", "cat", 1)
+	for _, r := range []sale.Reservation{a, b, c} {
+		applyOne(t, s, r)
+	}
+	now := time.Date(2030, 5, 6, 8, 0, 0, 250_000_000, time.UTC)
+	if _, _, err := s.Pay(ctx, a.OrderID, "ann", "ref", now); err != nil {
+		t.Fatal(err)
+	}
+
+	// A failing publish changes nothing.
+	boom := errors.New("broker down")
+	if n, err := s.PublishTransitions(ctx, 10, func([]orderstore.Transition) error { return boom }); !errors.Is(err, boom) || n != 0 {
+		t.Fatalf("failing publish: %d, %v", n, err)
+	}
+
+	var got []orderstore.Transition
+	collect := func(ts []orderstore.Transition) error { got = append(got, ts...); return nil }
+	if n, err := s.PublishTransitions(ctx, 2, collect); err != nil || n != 2 {
+		t.Fatalf("first page: %d, %v", n, err)
+	}
+	if n, err := s.PublishTransitions(ctx, 10, collect); err != nil || n != 2 {
+		t.Fatalf("second page: %d, %v", n, err)
+	}
+	if n, err := s.PublishTransitions(ctx, 10, collect); err != nil || n != 0 {
+		t.Fatalf("drained outbox: %d, %v", n, err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("published %d transitions, want 4: %+v", len(got), got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].ID <= got[i-1].ID {
+			t.Fatalf("not oldest first: %+v", got)
+		}
+	}
+	paid := got[3]
+	want := orderstore.Transition{ID: paid.ID, OrderID: a.OrderID, SKU: "P", User: "ann", Quantity: 1,
+		From: string(sale.StatusPendingPayment), To: string(sale.StatusPaid), Cause: "payment", At: now}
+	if paid.At.Equal(now) {
+		want.At = paid.At // compare the instant, not the representation
+	}
+	if paid != want {
+		t.Errorf("payment transition\n got %+v\nwant %+v", paid, want)
+	}
+	if got[0].From != "" || got[0].To != string(sale.StatusPendingPayment) || got[0].OrderID != a.OrderID {
+		t.Errorf("first transition %+v", got[0])
+	}
+	if n := queryInt(t, s, `SELECT count(*) FROM order_transitions WHERE published_at IS NULL`); n != 0 {
+		t.Errorf("%d transitions left unpublished", n)
+	}
+
+	// Two publishers at once: the second skips the rows the first holds.
+	if _, _, err := s.Cancel(ctx, b.OrderID, "bob", sale.CancelByUser, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Cancel(ctx, c.OrderID, "cat", sale.CancelByUser, now); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan []orderstore.Transition, 1), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := s.PublishTransitions(ctx, 1, func(ts []orderstore.Transition) error {
+			held <- ts
+			<-release
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+	first := <-held
+	var second []orderstore.Transition
+	if n, err := s.PublishTransitions(ctx, 10, func(ts []orderstore.Transition) error { second = ts; return nil }); err != nil || n != 1 {
+		t.Errorf("second publisher: %d, %v", n, err)
+	}
+	close(release)
+	wg.Wait()
+	if len(first) != 1 || len(second) != 1 || first[0].ID == second[0].ID {
+		t.Errorf("publishers shared rows: %+v and %+v", first, second)
+	}
+}
+
+// TestRestoresOldestFirst: PendingRestores lists owed restores oldest first,
+// up to limit, and RestoresDone forgets exactly the ones named.
+func TestRestoresOldestFirst(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKU(t, s, "O", 10)
+	var rs []sale.Reservation
+	for i := range 3 {
+		r := newResv("O", fmt.Sprintf("u%d", i), 1)
+		applyOne(t, s, r)
+		rs = append(rs, r)
+	}
+	for _, r := range rs {
+		if _, _, err := s.Cancel(ctx, r.OrderID, r.User, sale.CancelByUser, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // distinct created_at
+	}
+	got, err := s.PendingRestores(ctx, 2)
+	if err != nil || len(got) != 2 || got[0].OrderID != rs[0].OrderID || got[1].OrderID != rs[1].OrderID {
+		t.Fatalf("PendingRestores(2) = %+v, %v", got, err)
+	}
+	if got[0] != (orderstore.Restore{OrderID: rs[0].OrderID, SKU: "O", User: "u0", Quantity: 1}) {
+		t.Errorf("restore %+v", got[0])
+	}
+	if err := s.RestoresDone(ctx, []string{rs[0].OrderID, rs[2].OrderID, "not-there"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RestoresDone(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	left := restoresOf(t, s)
+	if len(left) != 1 || left[rs[1].OrderID].Quantity != 1 {
+		t.Errorf("left %+v", left)
+	}
+}
+
+// TestRequestCancelRacesApply: cancels requested while the reservations are
+// being applied all take effect, whichever side commits first: every order
+// ends cancelled and the stock is whole again.
+func TestRequestCancelRacesApply(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	const n = 60
+	putSKUChange(t, s, orderstore.SKUChange{ID: "RC", TotalStock: n, PerUserLimit: 1})
+	var rs []sale.Reservation
+	for i := range n {
+		rs = append(rs, newResv("RC", fmt.Sprintf("user%d", i), 1))
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; i < n; i += 5 {
+			if _, err := s.ApplyBatch(ctx, rs[i:i+5]); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	for _, r := range rs {
+		wg.Go(func() {
+			if _, _, err := s.RequestCancel(ctx, r.OrderID, r.User, time.Now()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, r := range rs {
+		o, err := s.Order(ctx, r.OrderID)
+		if err != nil || o.Status != sale.StatusCancelled || o.CancelReason != sale.CancelByUser {
+			t.Errorf("order %s: %+v, %v", r.OrderID, o, err)
+		}
+	}
+	if l := checkInvariants(t, s, "RC"); l.Stock != n || l.Live != 0 {
+		t.Errorf("ledger %+v", l)
+	}
+	if got := len(restoresOf(t, s)); got != n {
+		t.Errorf("%d restores owed, want %d", got, n)
 	}
 }

@@ -263,10 +263,26 @@ func TestStrategyConditionalWaitsAndRechecks(t *testing.T) {
 	if !errors.Is(err, sale.ErrSoldOut) {
 		t.Fatalf("err = %v, want sale.ErrSoldOut (stock >= n re-evaluated on the committed row)", err)
 	}
-	var stock int64
-	if err := s.Pool().QueryRow(ctx, `SELECT stock FROM inventory WHERE sku_id = 'COND'`).Scan(&stock); err != nil || stock != 0 {
-		t.Errorf("stock %d, %v; want 0", stock, err)
+	if stock := queryInt(t, s, `SELECT stock FROM inventory WHERE sku_id = 'COND'`); stock != 0 {
+		t.Errorf("stock %d; want 0", stock)
 	}
+}
+
+// lockWaiters counts the sessions of the test's database waiting for a row
+// lock. On MySQL it counts the sessions running an UPDATE of inventory: the
+// only one withRowChangedDuring lets run is blocked on the row it holds.
+// (information_schema.innodb_trx would say LOCK WAIT, but it is a cache that
+// InnoDB refreshes only after nobody read it for 100 ms: polling it starves it.)
+func lockWaiters(t *testing.T, s *orderstore.Store) int64 {
+	t.Helper()
+	if s.Dialect() == orderstore.MySQL {
+		return queryInt(t, s, `
+SELECT count(*) FROM information_schema.processlist
+WHERE db = database() AND id <> connection_id() AND command = 'Query' AND info LIKE '%UPDATE inventory%'`)
+	}
+	return queryInt(t, s, `
+SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE NOT l.granted AND a.datname = current_database()`)
 }
 
 // withRowChangedDuring runs stmt in a transaction that holds sku's row lock,
@@ -275,12 +291,12 @@ func TestStrategyConditionalWaitsAndRechecks(t *testing.T) {
 func withRowChangedDuring(t *testing.T, s *orderstore.Store, sku, stmt string, buy func() (sale.Order, bool, error)) (sale.Order, bool, error) {
 	t.Helper()
 	ctx := testContext(t)
-	tx, err := s.Pool().Begin(ctx)
+	tx, err := s.DB().BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, stmt); err != nil {
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, stmt); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
@@ -295,18 +311,12 @@ func withRowChangedDuring(t *testing.T, s *orderstore.Store, sku, stmt string, b
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		var waiting int
-		if err := s.Pool().QueryRow(ctx, `
-SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
+		if lockWaiters(t, s) > 0 {
 			break
 		}
 		select {
 		case r := <-done:
-			t.Fatalf("buy returned before waiting for the row lock: %+v", r)
+			t.Fatalf("buy returned before waiting for the row lock: %+v (%v)", r, r.err)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -314,7 +324,7 @@ WHERE NOT l.granted AND a.datname = current_database()`).Scan(&waiting); err != 
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
@@ -326,11 +336,7 @@ func TestStrategyVersionChangesOnEveryUpdate(t *testing.T) {
 	ctx := testContext(t)
 	putSKUChange(t, s, orderstore.SKUChange{ID: "VER", TotalStock: 5, PerUserLimit: 5})
 	version := func() int64 {
-		var v int64
-		if err := s.Pool().QueryRow(ctx, `SELECT version FROM inventory WHERE sku_id = 'VER'`).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
+		return queryInt(t, s, `SELECT version FROM inventory WHERE sku_id = 'VER'`)
 	}
 	v0 := version()
 	if _, _, err := s.BuyDirect(ctx, newResv("VER", "alice", 1), time.Now()); err != nil {

@@ -166,6 +166,9 @@ func (s *Service) RestoreOnce(ctx context.Context) (int, error) {
 			done = append(done, r.OrderID)
 		}
 	}
+	if len(done) > 0 {
+		failpoint.Inject(failpoint.RestoreAfterRedisBeforeDone)
+	}
 	if err := s.store.RestoresDone(ctx, done); err != nil {
 		errs = append(errs, err)
 	}

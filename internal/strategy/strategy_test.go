@@ -53,7 +53,7 @@ func newEnv(t *testing.T) env {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	url, prefix := testenv.Redis(t)
-	dbURL := testenv.Postgres(t)
+	dbURL := testenv.Database(t)
 	st, err := orderstore.Open(ctx, dbURL, orderstore.Options{MaxConns: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -89,12 +89,12 @@ func resv(sku, user string) sale.Reservation {
 // ledger reads what the database says about sku.
 func ledger(t *testing.T, st *orderstore.Store, sku string) (stock, live, orders, maxHeld int64) {
 	t.Helper()
-	err := st.Pool().QueryRow(context.Background(), `
+	err := st.DB().QueryRowContext(context.Background(), st.Rebind(`
 SELECT i.stock,
-       (SELECT coalesce(sum(quantity), 0) FROM orders WHERE sku_id = $1 AND status IN ('pending_payment', 'paid')),
-       (SELECT count(*) FROM orders WHERE sku_id = $1),
-       (SELECT coalesce(max(n), 0) FROM (SELECT sum(quantity) n FROM orders WHERE sku_id = $1 GROUP BY user_id) u)
-FROM inventory i WHERE i.sku_id = $1`, sku).Scan(&stock, &live, &orders, &maxHeld)
+       (SELECT coalesce(sum(quantity), 0) FROM orders WHERE sku_id = ? AND status IN ('pending_payment', 'paid')),
+       (SELECT count(*) FROM orders WHERE sku_id = ?),
+       (SELECT coalesce(max(n), 0) FROM (SELECT sum(quantity) n FROM orders WHERE sku_id = ? GROUP BY user_id) u)
+FROM inventory i WHERE i.sku_id = ?`), sku, sku, sku, sku).Scan(&stock, &live, &orders, &maxHeld)
 	if err != nil {
 		t.Fatal(err)
 	}

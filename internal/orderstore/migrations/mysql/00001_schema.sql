@@ -102,9 +102,18 @@ CREATE TABLE stock_audit (
     KEY stock_audit_reason_idx (reason, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- version counts updates (the optimistic strategy's CAS). The sale's
+-- allocation (total_stock) follows an external change of stock that does
+-- not set total_stock itself: an ERP restock of 50 is 50 more units for the
+-- sale, and stock + live units = total_stock holds.
 -- +goose StatementBegin
 CREATE TRIGGER inventory_version BEFORE UPDATE ON inventory FOR EACH ROW
-SET NEW.version = OLD.version + 1;
+BEGIN
+    SET NEW.version = OLD.version + 1;
+    IF coalesce(@flashsale_audited, 0) <> 1 AND NEW.total_stock = OLD.total_stock THEN
+        SET NEW.total_stock = OLD.total_stock + (NEW.stock - OLD.stock);
+    END IF;
+END
 -- +goose StatementEnd
 
 -- Changes of stock made by anything but flashsale (an ERP restock, a manual

@@ -6,6 +6,24 @@
 -- pending rows are the resume position, so a restart loses nothing.
 
 -- +goose Up
+
+-- The sale's allocation (total_stock) follows an external change of stock
+-- when the change does not set total_stock itself: an ERP restock of 50 is
+-- 50 more units for the sale, and stock + live units = total_stock holds.
+-- +goose StatementBegin
+CREATE FUNCTION inventory_external_allocation() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(current_setting('flashsale.audited', true), '') <> 'on'
+       AND NEW.total_stock = OLD.total_stock THEN
+        NEW.total_stock := OLD.total_stock + (NEW.stock - OLD.stock);
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+
+CREATE TRIGGER inventory_external_allocation BEFORE UPDATE OF stock ON inventory
+    FOR EACH ROW EXECUTE FUNCTION inventory_external_allocation();
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION inventory_audit_external() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -34,6 +52,8 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
+DROP TRIGGER inventory_external_allocation ON inventory;
+DROP FUNCTION inventory_external_allocation();
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION inventory_audit_external() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
