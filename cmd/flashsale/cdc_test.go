@@ -65,6 +65,25 @@ func watchInvariants(t *testing.T, a *app, sku string, stop <-chan struct{}) *sy
 	return &wg
 }
 
+// waitAvailable waits until the gate offers want units of sku.
+func waitAvailable(t *testing.T, a *app, sku string, want int64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		f, err := a.gate.ReadInFlight(context.Background(), sku)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Available == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: redis offers %d units after %v, want %d", sku, f.Available, within, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestExternalRestockDuringSale: another system adds 50 units straight in the
 // database while 400 buyers compete for 100. Redis follows: buyers get exactly
 // the 150 units, no more; I1, I2, I5, I6 hold throughout, and all of them
@@ -138,8 +157,10 @@ func TestExternalDecrementWithReservationsInFlight(t *testing.T) {
 	if rep.LiveUnits != 8 || rep.FailedOrders != 7 || rep.DBStock != 0 || rep.RedisAvailable != 0 || rep.RedisDebt != 0 || rep.TotalStock != 8 {
 		t.Fatalf("after the broker came back: %+v", rep)
 	}
-	// A restock now is sold exactly.
+	// A restock now reaches Redis (at once on PostgreSQL, within a poll on
+	// MySQL) and is sold exactly.
 	erp(t, h.a.store, "dec", 3)
+	waitAvailable(t, h.a, "dec", 3, 10*time.Second)
 	more := runBuyers(t, h, "dec", 50, 200, 8)
 	rep = settle(t, h.a, "dec", append(ids, more.ids()...), 30*time.Second)
 	if rep.LiveUnits != 11 || rep.DBStock != 0 || rep.RedisAvailable != 0 {

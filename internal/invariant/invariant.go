@@ -42,7 +42,8 @@ func (r *Report) failf(format string, args ...any) {
 }
 
 // The statements are plain SQL that PostgreSQL and MySQL both run; DB.Rebind
-// adapts the placeholders.
+// adapts the placeholders. (MariaDB does not let a derived table refer to the
+// outer query: the per-user maximum takes the sku as a second argument.)
 const snapshotSQL = `
 SELECT i.stock, i.total_stock, i.per_user_limit,
        COALESCE(SUM(CASE WHEN o.status IN ('pending_payment','paid') THEN o.quantity ELSE 0 END), 0),
@@ -51,7 +52,7 @@ SELECT i.stock, i.total_stock, i.per_user_limit,
        COUNT(o.order_id),
        (SELECT COUNT(*) FROM process_log p WHERE p.sku_id = i.sku_id),
        COALESCE((SELECT MAX(u.n) FROM (SELECT SUM(quantity) AS n FROM orders
-           WHERE sku_id = i.sku_id AND status IN ('pending_payment','paid') GROUP BY user_id) u), 0)
+           WHERE sku_id = ? AND status IN ('pending_payment','paid') GROUP BY user_id) u), 0)
 FROM inventory i LEFT JOIN orders o ON o.sku_id = i.sku_id
 WHERE i.sku_id = ?
 GROUP BY i.sku_id, i.stock, i.total_stock, i.per_user_limit`
@@ -97,7 +98,7 @@ func countAccepted(ctx context.Context, db DB, ids []string) (rows, distinct int
 // over the limit). gate may be nil to skip Redis.
 func Check(ctx context.Context, db DB, gate *stockgate.Gate, sku string, accepted []string, idle bool) (Report, error) {
 	r := Report{SKU: sku}
-	err := db.DB().QueryRowContext(ctx, db.Rebind(snapshotSQL), sku).Scan(&r.DBStock, &r.TotalStock, &r.PerUserLimit,
+	err := db.DB().QueryRowContext(ctx, db.Rebind(snapshotSQL), sku, sku).Scan(&r.DBStock, &r.TotalStock, &r.PerUserLimit,
 		&r.LiveUnits, &r.LiveOrders, &r.FailedOrders, &r.Orders, &r.ProcessLog, &r.MaxUserUnits)
 	if err != nil {
 		return r, fmt.Errorf("invariant: snapshot of %s: %w", sku, err)
