@@ -57,7 +57,7 @@ const benchUsage = `flashsale bench: a load test with correctness checks.
 By default it starts one flashsale per strategy in this process (a fresh
 database on -database-url's server, a fresh Redis key prefix, an embedded
 JetStream in a temporary directory), drives the scenario over HTTP, drains,
-checks I1-I7 from PostgreSQL and Redis, and prints a table. With -target it
+checks I1-I7 from the database and Redis, and prints a table. With -target it
 drives a running flashsale on this machine instead (give its -admin-token,
 -user-token-secret, -database-url, -redis-url and -redis-prefix so the
 checks read its stores). Any violation makes it exit non-zero.

@@ -21,7 +21,7 @@ var (
 	descOutbox       = prometheus.NewDesc("flashsale_outbox_entries", "Reservations in the Redis outbox not yet acknowledged by the stream, per SKU.", []string{"sku_id"}, nil)
 	descStock        = prometheus.NewDesc("flashsale_stock_units", "Stock per SKU: store=redis is what the gate will still sell, store=db the database stock.", []string{"sku_id", "store"}, nil)
 	descInFlight     = prometheus.NewDesc("flashsale_in_flight_units", "Units reserved by the gate and not yet decided by the database, per SKU.", []string{"sku_id"}, nil)
-	descPool         = prometheus.NewDesc("flashsale_db_pool_connections", "PostgreSQL pool connections by state (acquired, idle, total, max).", []string{"state"}, nil)
+	descPool         = prometheus.NewDesc("flashsale_db_pool_connections", "Database pool connections by state (acquired, idle, total, max).", []string{"state"}, nil)
 	descPoolWaits    = prometheus.NewDesc("flashsale_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.", nil, nil)
 )
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/invariant"
+	"github.com/flashsale/flashsale/internal/orderstore"
 )
 
 // runDemo starts the service and runs a small sale against it over HTTP, so a
@@ -47,7 +48,7 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "starting flashsale (PostgreSQL, Redis, embedded JetStream)...")
+	fmt.Fprintln(stdout, "starting flashsale ("+dialectName(cfg.DatabaseURL)+", Redis, embedded JetStream)...")
 	a, err := start(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -158,8 +159,8 @@ func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, 
 	elapsed := time.Since(start)
 	fmt.Fprintf(out, "\n%d requests in %.2fs (%.0f req/s)\n", buyers+(buyers+4)/5, elapsed.Seconds(), float64(buyers+(buyers+4)/5)/elapsed.Seconds())
 
-	// Wait for the queue to drain into PostgreSQL, then check from the database.
-	fmt.Fprint(out, "waiting for every accepted purchase to reach PostgreSQL... ")
+	// Wait for the queue to drain into the database, then check from it.
+	fmt.Fprint(out, "waiting for every accepted purchase to reach the database... ")
 	deadline := time.Now().Add(60 * time.Second)
 	var rep invariant.Report
 	for {
@@ -173,7 +174,7 @@ func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, 
 		time.Sleep(100 * time.Millisecond)
 	}
 	fmt.Fprintf(out, "done in %.2fs\n", time.Since(start).Seconds()-elapsed.Seconds())
-	fmt.Fprintf(out, "PostgreSQL: %d live orders for %d units, stock left %d, %d idempotency rows; Redis available %d\n",
+	fmt.Fprintf(out, "database: %d live orders for %d units, stock left %d, %d idempotency rows; Redis available %d\n",
 		rep.LiveOrders, rep.LiveUnits, rep.DBStock, rep.ProcessLog, rep.RedisAvailable)
 	if !rep.OK() {
 		return fmt.Errorf("invariants violated: %v", rep.Violations)
@@ -261,4 +262,12 @@ func demoEnds(sku string) string {
 	var created int64
 	fmt.Sscanf(sku, "demo-%d", &created)
 	return time.Unix(created, 0).Add(time.Hour).UTC().Format(time.RFC3339)
+}
+
+// dialectName names the database of url for people.
+func dialectName(url string) string {
+	if orderstore.DialectOf(url) == orderstore.MySQL {
+		return "MySQL/MariaDB"
+	}
+	return "PostgreSQL"
 }

@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "flashsale: a flash-sale inventory service (Redis gate -> NATS JetStream -> PostgreSQL)")
+	fmt.Fprintln(w, "flashsale: a flash-sale inventory service (Redis gate -> NATS JetStream -> PostgreSQL or MySQL/MariaDB)")
 	fmt.Fprintln(w, "\nUsage: flashsale <subcommand> [flags]   (flashsale <subcommand> -h for its flags)")
 	fmt.Fprintln(w, "\nSubcommands:")
 	for _, c := range commands() {

@@ -110,7 +110,7 @@ func (a *app) overview(ctx context.Context) (any, error) {
 	skus, err := a.store.SKUs(dctx)
 	cancel()
 	if err != nil {
-		fail("postgres", err)
+		fail(string(a.store.Dialect()), err)
 		skus = a.catalog.All()
 	}
 	skus = slices.DeleteFunc(skus, func(s sale.SKU) bool {

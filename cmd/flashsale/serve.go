@@ -207,9 +207,10 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		Metrics:       promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
 		Observe:       a.metrics.HTTP,
 		Ready: []httpapi.Checker{
-			// Purchases need PostgreSQL (the record) and Redis or the database
+			// Purchases need the database (the record) and Redis or the database
 			// fallback; while the queue is out they wait in the Redis outbox.
-			{Name: "postgres", Critical: true, Check: a.store.Ping},
+			// The check is named after the dialect: "postgres" or "mysql".
+			{Name: string(a.store.Dialect()), Critical: true, Check: a.store.Ping},
 			{Name: "redis", Critical: cfg.FallbackConc == 0, Check: a.gate.Ping},
 			{Name: "jetstream", Check: a.queue.Ping},
 		},
@@ -241,7 +242,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	return a, nil
 }
 
-// openStores connects to PostgreSQL and Redis.
+// openStores connects to the database and Redis.
 func (a *app) openStores(ctx context.Context) (err error) {
 	if a.store, err = orderstore.Open(ctx, a.cfg.DatabaseURL, orderstore.Options{MaxConns: int32(a.cfg.DBMaxConns), Logger: a.log, PaymentTimeout: a.cfg.PaymentTimeout}); err != nil {
 		return fmt.Errorf("database: %w", err)

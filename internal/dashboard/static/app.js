@@ -401,7 +401,7 @@ import { drawChart } from "./chart.js";
     br.hidden = false;
     const state = pl.breaker || "?";
     br.className = "pill " + (state === "closed" ? "ok" : state === "open" ? "bad" : "warn");
-    br.textContent = state === "open" ? "breaker open: selling from PostgreSQL" : "breaker " + state;
+    br.textContent = state === "open" ? "breaker open: selling from the database" : "breaker " + state;
     $("#sales-count").textContent = `${ov.sales.length}${ov.more_sales ? ` (+${ov.more_sales} not shown)` : ""}`;
   }
 
@@ -431,7 +431,7 @@ import { drawChart } from "./chart.js";
 
     const off = skus.filter((s) => s.action !== "ok");
     const head = el("div", "", `Last pass ${rc.at ? fmtTime(rc.at) : ""} (${ago}): ${skus.length} sales, ` +
-      (off.length ? `${off.length} not ok.` : "Redis agrees with PostgreSQL everywhere."));
+      (off.length ? `${off.length} not ok.` : "Redis agrees with the database everywhere."));
     const rows = off.slice(0, 8).map((s) => el("div", "drift " + s.action,
       `${s.sku_id}: ${s.action}, drift ${s.drift > 0 ? "+" : ""}${s.drift} (Redis ${fmtInt(s.redis_available)}, database ${fmtInt(s.db_stock)}, in flight ${fmtInt(s.in_flight)})`));
     last.replaceChildren(head, ...rows);
@@ -478,7 +478,7 @@ import { drawChart } from "./chart.js";
     edit.addEventListener("click", () => editSale(sku));
     const warm = el("button", "ghost small warm", "Warm up");
     warm.type = "button";
-    warm.title = "Load or re-sync this sale in Redis from PostgreSQL (never re-sells units in flight)";
+    warm.title = "Load or re-sync this sale in Redis from the database (never re-sells units in flight)";
     warm.addEventListener("click", () => warmUp(sku, warm));
     $(".row-actions", tr).append(edit, warm);
     return tr;
@@ -558,7 +558,7 @@ import { drawChart } from "./chart.js";
     const rateSeries = [
       { name: "accepted", color: "#22c55e", points: acc, fill: true },
       { name: "rejected", color: "#f59e0b", points: rej },
-      { name: "applied to PostgreSQL", color: "#38bdf8", points: app, dash: [5, 4], width: 1.5 },
+      { name: "applied to the database", color: "#38bdf8", points: app, dash: [5, 4], width: 1.5 },
     ];
     // The axis spans the data, from one minute up to HISTORY_S.
     const last = history[history.length - 1];
