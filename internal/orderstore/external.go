@@ -16,8 +16,14 @@ import (
 var ErrNoNotify = errors.New("orderstore: this database sends no change notifications; poll")
 
 // ExternalPrefix starts the order id of a redis_restores row that carries a
-// stock change made outside flashsale.
+// stock change made outside flashsale: "ext-<stock_audit id>-<uuid>" (the
+// uuid keeps the token unique even if the audit table is truncated and its
+// ids start again).
 const ExternalPrefix = "ext-"
+
+// DebitPrefix starts the order id of a redis_restores row that takes in
+// Redis the units of a sale the database fallback made ("sale-<order id>").
+const DebitPrefix = "sale-"
 
 // ListenRestores calls wake whenever the database notifies a stock change
 // made outside flashsale, until ctx ends or the connection fails (then it

@@ -115,7 +115,7 @@ func (s *myStore) buyDirect(ctx context.Context, r sale.Reservation, now time.Ti
 			return err
 		}
 		// Owed to the gate: take these units and the buyer's slot in Redis too.
-		if err := myInsertRestores(ctx, tx, []Restore{{OrderID: r.OrderID, SKU: r.SKU, User: r.User, Quantity: -r.Quantity}}); err != nil {
+		if err := myInsertRestores(ctx, tx, []Restore{{OrderID: DebitPrefix + r.OrderID, SKU: r.SKU, User: r.User, Quantity: -r.Quantity}}); err != nil {
 			return fmt.Errorf("insert redis restore: %w", err)
 		}
 		return nil

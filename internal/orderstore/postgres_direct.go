@@ -169,7 +169,7 @@ func (s *pgStore) buyDirect(ctx context.Context, r sale.Reservation, now time.Ti
 	queueTransitions(b, []transition{{r: r, to: sale.StatusPendingPayment, cause: causeDirect, at: now}})
 	queueAudit(b, []auditRow{{sku: r.SKU, delta: -r.Quantity, reason: AuditDirectSale, orderID: r.OrderID, actor: "user:" + r.User, ip: r.ClientIP}})
 	// Owed to the gate: take these units and the buyer's slot in Redis too.
-	queueRestores(b, []Restore{{OrderID: r.OrderID, SKU: r.SKU, User: r.User, Quantity: -r.Quantity}})
+	queueRestores(b, []Restore{{OrderID: DebitPrefix + r.OrderID, SKU: r.SKU, User: r.User, Quantity: -r.Quantity}})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return sale.Order{}, false, fmt.Errorf("take stock and insert order: %w", err)
 	}

@@ -54,9 +54,13 @@ func queueTransitions(b *pgx.Batch, ts []transition) {
 	b.Queue(insertTransitionsSQL, ids, skus, users, qty, froms, tos, causes, at)
 }
 
-// Restore is Redis work the database owes the gate, once per order: a
-// release gives Quantity units of SKU and the buyer's slot back; a sale made
-// by the database fallback (Quantity < 0) takes them.
+// Restore is Redis work the database owes the gate, once per OrderID (the
+// gate's token): a release gives Quantity units of SKU and the buyer's slot
+// back (OrderID = the order's id); a sale made by the database fallback
+// (Quantity < 0, OrderID = DebitPrefix + the order's id, so that a later
+// release of the same order is a distinct token) takes them; a stock change
+// made outside flashsale (OrderID starting with ExternalPrefix, User empty)
+// moves units only.
 type Restore struct {
 	OrderID  string
 	SKU      string

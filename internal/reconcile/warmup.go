@@ -76,6 +76,8 @@ func (s *Syncer) lock(id string) func() {
 type WarmResult struct {
 	SKU       string `json:"sku_id"`
 	Seeded    bool   `json:"seeded"` // Redis did not hold the sale and was loaded from scratch
+	// Available is what the gate may sell, net of its debt: negative when
+	// fewer units are in the database than in flight (see stockgate restore.lua).
 	Available int64  `json:"available"`
 	DBStock   int64  `json:"db_stock"`
 	InFlight  int64  `json:"in_flight"`
@@ -187,7 +189,9 @@ func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f
 		units += r.Quantity
 		holdings[r.User] += r.Quantity
 	}
-	avail := max(stock-units, 0)
+	// Negative when a decrement made outside the gate left fewer units than
+	// are in flight: the gate records the shortfall as debt.
+	avail := stock - units
 	seeded, err := s.gate.Seed(ctx, sku.ID, cfg, avail, holdings, inflight, releases(restores), snap.IdempotencyKeys, newEpoch())
 	if err != nil {
 		return WarmResult{}, false, err

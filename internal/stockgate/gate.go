@@ -438,7 +438,9 @@ func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
 // are the releases whose Redis restore the snapshot shows pending: dbStock
 // includes their units, so they are marked restored (buyer slot given back)
 // and a later Restore of them does nothing.
-// Returns sale.ErrNotWarmed when the SKU is not loaded.
+// It returns the units the gate may now sell net of its debt (negative when
+// the database has fewer units than are in flight), or sale.ErrNotWarmed
+// when the SKU is not loaded.
 func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, dbStock int64, processed map[string]bool, released []Release) (int64, error) {
 	var pending int64
 	args := []string{strconv.FormatInt(dbStock, 10), strconv.FormatInt(f.Reserved, 10), "",
@@ -471,6 +473,9 @@ func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, d
 		return 0, sale.ErrNotWarmed
 	case -3:
 		return 0, ErrReseeded
+	}
+	if len(vals) > 1 {
+		return vals[0] - vals[1], nil
 	}
 	return vals[0], nil
 }

@@ -5,6 +5,7 @@
 -- the database has processed, and the releases whose Redis restore is still
 -- pending (S already includes their units). Then:
 --   available = S - (units of R not processed) - (units reserved since C1)
+-- (negative: the gate owes that many units, recorded as debt, see restore.lua)
 -- Units reserved after the snapshot may be counted twice (briefly undersold,
 -- never oversold); processed entries of R are closed here, and pending
 -- restores are marked done (their buyer slot given back), so that a late
@@ -16,7 +17,7 @@
 -- then triples (order_id, user, units) of pending restores
 -- ARGV[8] epoch seen with R: if the SKU was re-seeded since (a lost Redis,
 --   a rebuild), R and C1 describe another life of it: refuse.
--- Returns {avail}, {-2} if the SKU is not loaded, {-3} if it was re-seeded
+-- Returns {avail, debt} (avail >= 0), {-2} if the SKU is not loaded, {-3} if it was re-seeded
 -- since R was read (the caller reads again).
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return {-2}
@@ -26,7 +27,10 @@ if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[8] or cnow < tonumber(ARGV[2]) t
   return {-3}
 end
 local avail = tonumber(ARGV[1]) - tonumber(ARGV[3]) - (cnow - tonumber(ARGV[2]))
-if avail < 0 then avail = 0 end
+-- Fewer units in the database than reservations in flight (a decrement made
+-- outside the gate): the shortfall is debt, paid by the refusals to come.
+local debt = 0
+if avail < 0 then debt, avail = -avail, 0 end
 local function release_slot(user, qty)
   if user == '' then return end
   local left = redis.call('HINCRBY', KEYS[2], user, -qty)
@@ -53,6 +57,6 @@ while i + 2 <= #ARGV do
   end
   i = i + 3
 end
--- avail is computed from the database's truth: any debt is settled by it.
-redis.call('HSET', KEYS[1], 'avail', avail, 'debt', 0, 'limit', ARGV[4], 'starts', ARGV[5], 'ends', ARGV[6])
-return {avail}
+-- avail and debt are computed from the database's truth.
+redis.call('HSET', KEYS[1], 'avail', avail, 'debt', debt, 'limit', ARGV[4], 'starts', ARGV[5], 'ends', ARGV[6])
+return {avail, debt}

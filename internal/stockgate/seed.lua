@@ -4,7 +4,8 @@
 -- The reserved counter survives (it only ever grows) so that a resync racing
 -- with the seed can never compute from a counter that went backwards.
 -- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] rel  KEYS[5] idem
--- ARGV[1] available  ARGV[2] limit  ARGV[3] starts ms  ARGV[4] ends ms  ARGV[5] epoch
+-- ARGV[1] available (negative: fewer units in the database than are in flight;
+--   avail 0 and that many units of debt, see restore.lua)  ARGV[2] limit  ARGV[3] starts ms  ARGV[4] ends ms  ARGV[5] epoch
 -- ARGV[6] number of buyer pairs B   ARGV[7] number of released order ids L
 -- ARGV[8] number of idempotency pairs I
 -- then 2B values: pairs of (user, units held: live orders plus reservations in flight)
@@ -36,6 +37,8 @@ while i < #ARGV do
   i = i + 2
 end
 redis.call('HSETNX', KEYS[1], 'reserved', 0)
-redis.call('HSET', KEYS[1], 'avail', ARGV[1], 'debt', 0, 'limit', ARGV[2], 'starts', ARGV[3],
+local avail, debt = tonumber(ARGV[1]), 0
+if avail < 0 then debt, avail = -avail, 0 end
+redis.call('HSET', KEYS[1], 'avail', avail, 'debt', debt, 'limit', ARGV[2], 'starts', ARGV[3],
   'ends', ARGV[4], 'epoch', ARGV[5])
 return 1

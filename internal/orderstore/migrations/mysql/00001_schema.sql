@@ -71,8 +71,9 @@ CREATE TABLE order_transitions (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- Redis work the database owes: a release's units and buyer slot back
--- (quantity > 0), a direct sale's units taken (quantity < 0), or a stock
--- change made outside flashsale (order_id 'ext-<stock_audit id>', user_id '').
+-- (quantity > 0), a direct sale's units taken (quantity < 0, order_id
+-- 'sale-<order id>'), or a stock
+-- change made outside flashsale (order_id 'ext-<stock_audit id>-<uuid>', user_id '').
 CREATE TABLE redis_restores (
     order_id   VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
     sku_id     VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -120,15 +121,18 @@ END
 -- correction) are recorded in stock_audit (reason external_change) and owed
 -- to Redis as a redis_restores row, in the changing transaction: the
 -- restorer applies each to the gate exactly once (change data capture
--- through the database itself; see docs/architecture.md).
+-- through the database itself; see docs/architecture.md). The token is
+-- 'ext-<audit id>-<uuid>': unique even if stock_audit is truncated and
+-- AUTO_INCREMENT starts again. Times are written in UTC explicitly: the
+-- other client's session may run in any time zone.
 -- +goose StatementBegin
 CREATE TRIGGER inventory_audit_insert AFTER INSERT ON inventory FOR EACH ROW
 BEGIN
     IF coalesce(@flashsale_audited, 0) <> 1 AND NEW.stock <> 0 THEN
-        INSERT INTO stock_audit (sku_id, store, delta, reason, actor)
-        VALUES (NEW.sku_id, 'db', NEW.stock, 'external_change', current_user());
-        INSERT INTO redis_restores (order_id, sku_id, user_id, quantity)
-        VALUES (concat('ext-', last_insert_id()), NEW.sku_id, '', NEW.stock);
+        INSERT INTO stock_audit (sku_id, store, delta, reason, actor, created_at)
+        VALUES (NEW.sku_id, 'db', NEW.stock, 'external_change', current_user(), utc_timestamp(6));
+        INSERT INTO redis_restores (order_id, sku_id, user_id, quantity, created_at)
+        VALUES (concat('ext-', last_insert_id(), '-', uuid()), NEW.sku_id, '', NEW.stock, utc_timestamp(6));
     END IF;
 END
 -- +goose StatementEnd
@@ -137,10 +141,10 @@ END
 CREATE TRIGGER inventory_audit_update AFTER UPDATE ON inventory FOR EACH ROW
 BEGIN
     IF coalesce(@flashsale_audited, 0) <> 1 AND NEW.stock <> OLD.stock THEN
-        INSERT INTO stock_audit (sku_id, store, delta, reason, actor)
-        VALUES (NEW.sku_id, 'db', NEW.stock - OLD.stock, 'external_change', current_user());
-        INSERT INTO redis_restores (order_id, sku_id, user_id, quantity)
-        VALUES (concat('ext-', last_insert_id()), NEW.sku_id, '', NEW.stock - OLD.stock);
+        INSERT INTO stock_audit (sku_id, store, delta, reason, actor, created_at)
+        VALUES (NEW.sku_id, 'db', NEW.stock - OLD.stock, 'external_change', current_user(), utc_timestamp(6));
+        INSERT INTO redis_restores (order_id, sku_id, user_id, quantity, created_at)
+        VALUES (concat('ext-', last_insert_id(), '-', uuid()), NEW.sku_id, '', NEW.stock - OLD.stock, utc_timestamp(6));
     END IF;
 END
 -- +goose StatementEnd

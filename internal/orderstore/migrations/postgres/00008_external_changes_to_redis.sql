@@ -1,7 +1,8 @@
 -- Change data capture: a stock change made outside flashsale (recorded by
 -- the audit trigger as external_change) is also owed to Redis, as a
 -- redis_restores row written in the changing transaction (order_id
--- 'ext-<stock_audit id>', user_id ''). The restorer applies each to the gate
+-- 'ext-<stock_audit id>-<uuid>': unique even if stock_audit is truncated with
+-- RESTART IDENTITY; user_id ''). The restorer applies each to the gate
 -- exactly once (the gate's rel set is the token), woken by the NOTIFY; the
 -- pending rows are the resume position, so a restart loses nothing.
 
@@ -43,7 +44,7 @@ BEGIN
         VALUES (NEW.sku_id, 'db', d, 'external_change', current_user)
         RETURNING id INTO aid;
         INSERT INTO redis_restores (order_id, sku_id, user_id, quantity)
-        VALUES ('ext-' || aid, NEW.sku_id, '', d);
+        VALUES ('ext-' || aid || '-' || gen_random_uuid(), NEW.sku_id, '', d);
         PERFORM pg_notify('flashsale_stock_changes', NEW.sku_id || ':' || aid);
     END IF;
     RETURN NULL;
@@ -79,3 +80,4 @@ END
 $$;
 -- +goose StatementEnd
 DELETE FROM redis_restores WHERE order_id LIKE 'ext-%';
+-- Direct-sale debits are keyed 'sale-<order id>' from 00008 on.

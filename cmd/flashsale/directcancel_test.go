@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// TestReviewDirectSaleThenCancelReachesRedis: a sale made by the database
+// TestDirectSaleThenCancelReachesRedis: a sale made by the database
 // fallback (BuyDirect) owes Redis a debit keyed by its order id
 // (redis_restores row <id>, quantity -2; the gate's rel set gets <id>).
 // When that order is then cancelled (or expires), the release owes Redis the
@@ -17,7 +17,7 @@ import (
 // INSERT IGNORE / ON CONFLICT DO NOTHING drops it (debit still pending), or
 // restore.lua finds <id> already in rel and skips it. Redis never gets the
 // 2 units nor the buyer slot back.
-func TestReviewDirectSaleThenCancelReachesRedis(t *testing.T) {
+func TestDirectSaleThenCancelReachesRedis(t *testing.T) {
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("dsc", 10, 2)
 	ctx := context.Background()

@@ -2,15 +2,16 @@ package orderstore_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/orderstore"
 )
 
-// TestReviewExternalChangeIDsMatchAudit: a multi-row ERP UPDATE writes one
-// stock_audit row and one redis_restores row 'ext-<that audit id>' per row.
-func TestReviewExternalChangeIDsMatchAudit(t *testing.T) {
+// TestExternalChangeIDsMatchAudit: a multi-row ERP UPDATE writes one
+// stock_audit row and one redis_restores row 'ext-<that audit id>-<uuid>' per row.
+func TestExternalChangeIDsMatchAudit(t *testing.T) {
 	s := newStore(t)
 	ctx := testContext(t)
 	putSKU(t, s, "EA", 10)
@@ -33,7 +34,7 @@ WHERE a.reason = 'external_change' ORDER BY a.id`)
 			t.Fatal(err)
 		}
 		n++
-		if oid != fmt.Sprintf("ext-%d", id) || q != 3 {
+		if !strings.HasPrefix(oid, fmt.Sprintf("ext-%d-", id)) || len(oid) != len(fmt.Sprintf("ext-%d-", id))+36 || q != 3 {
 			t.Errorf("%s: audit id %d, restore %s of %d", sku, id, oid, q)
 		}
 	}
@@ -42,10 +43,10 @@ WHERE a.reason = 'external_change' ORDER BY a.id`)
 	}
 }
 
-// TestReviewExternalChangeAuditTimeIsUTC: the ERP's session time zone must
+// TestExternalChangeAuditTimeIsUTC: the ERP's session time zone must
 // not move the time an external change is recorded at (the schema says
 // DATETIME(6) columns hold UTC; PostgreSQL stores timestamptz).
-func TestReviewExternalChangeAuditTimeIsUTC(t *testing.T) {
+func TestExternalChangeAuditTimeIsUTC(t *testing.T) {
 	s := newStore(t)
 	ctx := testContext(t)
 	putSKU(t, s, "TZ", 10)
