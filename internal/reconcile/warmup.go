@@ -74,13 +74,13 @@ func (s *Syncer) lock(id string) func() {
 
 // WarmResult says what Warm did.
 type WarmResult struct {
-	SKU       string `json:"sku_id"`
-	Seeded    bool   `json:"seeded"` // Redis did not hold the sale and was loaded from scratch
+	SKU    string `json:"sku_id"`
+	Seeded bool   `json:"seeded"` // Redis did not hold the sale and was loaded from scratch
 	// Available is what the gate may sell, net of its debt: negative when
 	// fewer units are in the database than in flight (see stockgate restore.lua).
-	Available int64  `json:"available"`
-	DBStock   int64  `json:"db_stock"`
-	InFlight  int64  `json:"in_flight"`
+	Available int64 `json:"available"`
+	DBStock   int64 `json:"db_stock"`
+	InFlight  int64 `json:"in_flight"`
 }
 
 // Warm loads sku into Redis from the database, or re-synchronises it if Redis
