@@ -17,11 +17,11 @@ type CPU struct {
 	Machine  float64 // every process, from /proc/stat
 	Self     float64 // this process: the generator, and the servers when in-process
 	Redis    float64 // redis-server processes
-	Postgres float64 // postgres processes (backends of every database)
+	Database float64 // database server processes: postgres (every backend), mariadbd or mysqld
 }
 
 // Other returns the machine's busy cores not accounted to the named processes.
-func (c CPU) Other() float64 { return max(c.Machine-c.Self-c.Redis-c.Postgres, 0) }
+func (c CPU) Other() float64 { return max(c.Machine-c.Self-c.Redis-c.Database, 0) }
 
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
 const clockTicks = 100
@@ -107,8 +107,8 @@ func cpuBetween(a, b cpuSample) CPU {
 			c.Self += cores
 		case pb.comm == "redis-server":
 			c.Redis += cores
-		case pb.comm == "postgres" || strings.HasPrefix(pb.comm, "postgres:"):
-			c.Postgres += cores
+		case pb.comm == "postgres" || strings.HasPrefix(pb.comm, "postgres:") || pb.comm == "mariadbd" || pb.comm == "mysqld":
+			c.Database += cores
 		}
 	}
 	return c

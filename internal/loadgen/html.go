@@ -134,7 +134,7 @@ th:first-child,td:first-child{text-align:left}.bad{color:#b00;font-weight:600}.o
 <p>Baselines in the same run: empty handler <b>{{f0 .R.Baselines.EmptyHandlerRPS}}</b> req/s (same generator, a handler that does nothing);
 Redis gate alone <b>{{f0 .R.Baselines.RedisGateRPS}}</b> reserves/s (reserve script, many goroutines, same client).</p>
 <div class="wide"><table class="results">
-<tr><th>strategy</th><th>requests</th><th>req/s</th><th>x empty</th><th>accepted</th><th>sold</th><th>oversold</th><th>lost</th><th>doubled</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>errors</th><th>drain s</th><th>invariants</th><th>CPU cores: self/redis/pg/other</th></tr>
+<tr><th>strategy</th><th>requests</th><th>req/s</th><th>x empty</th><th>accepted</th><th>sold</th><th>oversold</th><th>lost</th><th>doubled</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>errors</th><th>drain s</th><th>invariants</th><th>CPU cores: self/redis/db/other</th></tr>
 {{range .R.Results}}<tr><td>{{.Strategy}}</td><td>{{.Requests}}</td><td>{{f0 .ThroughputRPS}}</td><td>{{ratio .ThroughputRPS $.R.Baselines.EmptyHandlerRPS}}</td>
 <td>{{.Accepted}}</td><td>{{.Sold}}</td><td{{if .Oversold}} class="bad"{{end}}>{{.Oversold}}</td><td{{if .Lost}} class="bad"{{end}}>{{.Lost}}</td><td{{if .Doubled}} class="bad"{{end}}>{{.Doubled}}</td>
 <td>{{f2 .P50Ms}}</td><td>{{f2 .P99Ms}}</td><td>{{f2 .P999Ms}}</td><td>{{.Errors}}</td><td>{{.DrainSeconds}}</td>

@@ -142,7 +142,7 @@ func (f *Report) WriteTable(w io.Writer) {
 	b := f.Baselines
 	fmt.Fprintf(w, "baselines: empty handler %.0f req/s, redis gate alone %.0f reserves/s\n\n", b.EmptyHandlerRPS, b.RedisGateRPS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\trequests\treq/s\tx empty\taccepted\tsold\toversold\tlost\tdoubled\tp50 ms\tp99 ms\tp99.9 ms\terrors\tdrain s\tinvariants\tcpu self/redis/pg/other\t")
+	fmt.Fprintln(tw, "strategy\trequests\treq/s\tx empty\taccepted\tsold\toversold\tlost\tdoubled\tp50 ms\tp99 ms\tp99.9 ms\terrors\tdrain s\tinvariants\tcpu self/redis/db/other\t")
 	for _, r := range f.Results {
 		ratio := "-"
 		if b.EmptyHandlerRPS > 0 {
@@ -201,7 +201,7 @@ func (r *StrategyResult) CPU() string {
 		return "-"
 	}
 	c := r.Run.CPU
-	return fmt.Sprintf("%.2f/%.2f/%.2f/%.2f", c.Self, c.Redis, c.Postgres, c.Other())
+	return fmt.Sprintf("%.2f/%.2f/%.2f/%.2f", c.Self, c.Redis, c.Database, c.Other())
 }
 
 func (f *Report) find(strategy string) *StrategyResult {
