@@ -120,11 +120,14 @@ func TestExternalRestockDuringSale(t *testing.T) {
 // available: it takes them and owes 7 (debt). Nothing more is sold; when the
 // broker is back 8 reservations apply and 7 are refused, whose give-back
 // pays the debt instead of re-selling units that no longer exist. Idle:
-// Redis = database = 0.
+// Redis = database = 0. I1, I2, I5, I6 are checked every 20 ms throughout.
 func TestExternalDecrementWithReservationsInFlight(t *testing.T) {
 	ns := testenv.StartNATS(t, "")
 	h := newHarness(t, testConfig(t, "", "FLASHSALE_NATS_URL", ns.URL, "FLASHSALE_RELAY_GRACE", "300ms"))
 	h.mustPutSKU("dec", 20, 1)
+	stop := make(chan struct{})
+	watch := watchInvariants(t, h.a, "dec", stop)
+	defer func() { close(stop); watch.Wait() }()
 	ns.Shutdown()
 	var ids []string
 	for i := 0; i < 15; i++ {
