@@ -114,20 +114,20 @@ func TestExternalRestockDuringSale(t *testing.T) {
 	t.Logf("%d accepted; %d live units; codes %v / %v", len(ids), rep.LiveUnits, hs.codes, more.codes)
 }
 
-// TestExternalDecrementWithReservationsInFlight: 15 of 20 units are reserved
-// while the broker is down (in flight, not in the database), then another
-// system takes 12 units straight from the database (20 -> 8). Redis had 5
-// available: it takes them and owes 7 (debt). Nothing more is sold; when the
-// broker is back 8 reservations apply and 7 are refused, whose give-back
-// pays the debt instead of re-selling units that no longer exist. Idle:
-// Redis = database = 0. I1, I2, I5, I6 are checked every 20 ms throughout.
-func TestExternalDecrementWithReservationsInFlight(t *testing.T) {
+// decrementWithReservationsInFlight sets up the debt case: 15 of 20 units
+// reserved while the broker is down (in flight, not in the database), then
+// another system takes 12 units straight from the database (20 -> 8). Redis
+// had 5 available: it takes them and owes 7 (debt). It returns once Redis
+// shows that, with the harness, the stopped broker and the 15 order ids.
+// I1, I2, I5 and I6 are checked every 20 ms until the test ends.
+func decrementWithReservationsInFlight(t *testing.T) (*harness, *testenv.NATSServer, []string) {
+	t.Helper()
 	ns := testenv.StartNATS(t, "")
 	h := newHarness(t, testConfig(t, "", "FLASHSALE_NATS_URL", ns.URL, "FLASHSALE_RELAY_GRACE", "300ms"))
 	h.mustPutSKU("dec", 20, 1)
 	stop := make(chan struct{})
 	watch := watchInvariants(t, h.a, "dec", stop)
-	defer func() { close(stop); watch.Wait() }()
+	t.Cleanup(func() { close(stop); watch.Wait() })
 	ns.Shutdown()
 	var ids []string
 	for i := 0; i < 15; i++ {
@@ -152,6 +152,15 @@ func TestExternalDecrementWithReservationsInFlight(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return h, ns, ids
+}
+
+// TestExternalDecrementWithReservationsInFlight: after
+// decrementWithReservationsInFlight nothing more is sold; when the broker is
+// back 8 reservations apply and 7 are refused, whose give-back pays the debt
+// instead of re-selling units that no longer exist. Idle: Redis = database = 0.
+func TestExternalDecrementWithReservationsInFlight(t *testing.T) {
+	h, ns, ids := decrementWithReservationsInFlight(t)
 	if r := h.buy("late", "dec", 1, ""); r.Status == http.StatusAccepted {
 		t.Fatalf("a unit was sold while redis owed 7: %s", r.Raw)
 	}

@@ -184,17 +184,12 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 func myClaim(ctx context.Context, tx *sql.Tx, rs []sale.Reservation) (isNew map[string]bool, prior map[string]Outcome, err error) {
 	byID := slices.Clone(rs)
 	slices.SortFunc(byID, func(a, b sale.Reservation) int { return cmp.Compare(a.OrderID, b.OrderID) })
-	var q strings.Builder
-	q.WriteString("INSERT IGNORE INTO process_log (tx_id, sku_id) VALUES ")
+	q := valuesSQL("INSERT IGNORE INTO process_log (tx_id, sku_id) VALUES ", len(byID), 2)
 	args := make([]any, 0, 2*len(byID))
-	for i, r := range byID {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?)")
+	for _, r := range byID {
 		args = append(args, r.OrderID, r.SKU)
 	}
-	res, err := tx.ExecContext(ctx, q.String(), args...)
+	res, err := tx.ExecContext(ctx, q, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("process_log: %w", err)
 	}
@@ -359,15 +354,10 @@ WHERE sku_id IN (` + placeholders(len(skus)) + `) AND stock >= ` + byCase.String
 
 // myInsertOrders inserts the order rows of rs as decided, in one statement.
 func (s *myStore) myInsertOrders(ctx context.Context, tx *sql.Tx, rs []sale.Reservation, decided []Outcome, now time.Time) error {
-	var q strings.Builder
-	q.WriteString(`INSERT INTO orders (order_id, sku_id, user_id, quantity, status, fail_reason, idempotency_key, created_at,
-    expires_at, cancel_reason, cancelled_at) VALUES `)
+	q := valuesSQL(`INSERT INTO orders (order_id, sku_id, user_id, quantity, status, fail_reason, idempotency_key, created_at,
+    expires_at, cancel_reason, cancelled_at) VALUES `, len(rs), 11)
 	args := make([]any, 0, 11*len(rs))
 	for i, r := range rs {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 		var (
 			expires, cancelledAt *time.Time
 			cancelReason         *string
@@ -383,7 +373,7 @@ func (s *myStore) myInsertOrders(ctx context.Context, tx *sql.Tx, rs []sale.Rese
 		args = append(args, r.OrderID, r.SKU, r.User, r.Quantity, string(decided[i].Status), nullString(decided[i].Reason),
 			nullString(r.IdempotencyKey), time.UnixMilli(r.AcceptedAt).UTC(), expires, cancelReason, cancelledAt)
 	}
-	_, err := tx.ExecContext(ctx, q.String(), args...)
+	_, err := tx.ExecContext(ctx, q, args...)
 	return err
 }
 

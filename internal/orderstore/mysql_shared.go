@@ -20,19 +20,30 @@ func noRows(err error) bool { return errors.Is(err, sql.ErrNoRows) || errors.Is(
 // transaction; multi-row VALUES lists stay far below max_allowed_packet for
 // the batch sizes the consumer uses (a row is < 1 KB).
 
+// valuesSQL returns head followed by n row tuples of cols placeholders each:
+// "head (?, ?), (?, ?)" for a multi-row INSERT.
+func valuesSQL(head string, n, cols int) string {
+	row := "(" + placeholders(cols) + ")"
+	var q strings.Builder
+	q.Grow(len(head) + n*(len(row)+2))
+	q.WriteString(head)
+	for i := range n {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString(row)
+	}
+	return q.String()
+}
+
 // myInsertTransitions inserts ts into order_transitions (the event outbox).
 func myInsertTransitions(ctx context.Context, tx *sql.Tx, ts []transition) error {
 	if len(ts) == 0 {
 		return nil
 	}
-	var q strings.Builder
-	q.WriteString("INSERT INTO order_transitions (order_id, sku_id, user_id, quantity, from_status, to_status, cause, at) VALUES ")
+	q := valuesSQL("INSERT INTO order_transitions (order_id, sku_id, user_id, quantity, from_status, to_status, cause, at) VALUES ", len(ts), 8)
 	args := make([]any, 0, 8*len(ts))
-	for i, t := range ts {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+	for _, t := range ts {
 		var from *string
 		if t.from != "" {
 			f := string(t.from)
@@ -40,7 +51,7 @@ func myInsertTransitions(ctx context.Context, tx *sql.Tx, ts []transition) error
 		}
 		args = append(args, t.r.OrderID, t.r.SKU, t.r.User, t.r.Quantity, from, string(t.to), t.cause, t.at.UTC())
 	}
-	_, err := tx.ExecContext(ctx, q.String(), args...)
+	_, err := tx.ExecContext(ctx, q, args...)
 	return err
 }
 
@@ -50,17 +61,12 @@ func myInsertRestores(ctx context.Context, tx *sql.Tx, rs []Restore) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	var q strings.Builder
-	q.WriteString("INSERT IGNORE INTO redis_restores (order_id, sku_id, user_id, quantity) VALUES ")
+	q := valuesSQL("INSERT IGNORE INTO redis_restores (order_id, sku_id, user_id, quantity) VALUES ", len(rs), 4)
 	args := make([]any, 0, 4*len(rs))
-	for i, r := range rs {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?)")
+	for _, r := range rs {
 		args = append(args, r.OrderID, r.SKU, r.User, r.Quantity)
 	}
-	_, err := tx.ExecContext(ctx, q.String(), args...)
+	_, err := tx.ExecContext(ctx, q, args...)
 	return err
 }
 
@@ -71,21 +77,16 @@ func myInsertAudit(ctx context.Context, tx *sql.Tx, rows []auditRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	var q strings.Builder
-	q.WriteString("INSERT INTO stock_audit (sku_id, store, delta, reason, order_id, actor, source_ip) VALUES ")
+	q := valuesSQL("INSERT INTO stock_audit (sku_id, store, delta, reason, order_id, actor, source_ip) VALUES ", len(rows), 7)
 	args := make([]any, 0, 7*len(rows))
-	for i, r := range rows {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+	for _, r := range rows {
 		store := r.store
 		if store == "" {
 			store = "db"
 		}
 		args = append(args, r.sku, store, r.delta, r.reason, nullString(r.orderID), r.actor, nullString(r.ip))
 	}
-	_, err := tx.ExecContext(ctx, q.String(), args...)
+	_, err := tx.ExecContext(ctx, q, args...)
 	return err
 }
 
