@@ -5,7 +5,6 @@ package sale
 
 import (
 	"errors"
-	"regexp"
 	"time"
 )
 
@@ -145,22 +144,84 @@ const (
 	MaxIdempotencyKey = 128
 )
 
+// The id checks run on every request (several per purchase): byte loops over
+// a class table instead of regexps (the patterns they implement are in the
+// doc comments, and sale_test.go checks them against those regexps).
 var (
-	skuRe   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	userRe  = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,128}$`)
-	orderRe = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	idemRe  = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
+	skuChars  = class("A-Za-z0-9_-")
+	userChars = class("A-Za-z0-9_.@-")
+	hexLower  = class("0-9a-f")
 )
 
-// ValidSKU reports whether id is an acceptable sku_id: 1-64 of [A-Za-z0-9_-].
-// The pattern keeps ids safe as Redis key parts and NATS subject tokens.
-func ValidSKU(id string) bool { return skuRe.MatchString(id) }
+// class returns the membership table of a character class written as
+// single bytes and a-b ranges.
+func class(spec string) (t [256]bool) {
+	for i := 0; i < len(spec); i++ {
+		if i+2 < len(spec) && spec[i+1] == '-' {
+			for c := int(spec[i]); c <= int(spec[i+2]); c++ {
+				t[c] = true
+			}
+			i += 2
+			continue
+		}
+		t[spec[i]] = true
+	}
+	return t
+}
 
-// ValidUser reports whether id is an acceptable user id: 1-128 of [A-Za-z0-9_.@-].
-func ValidUser(id string) bool { return userRe.MatchString(id) }
+// all reports whether s has 1..maxLen bytes, each in t.
+func all(s string, t *[256]bool, maxLen int) bool {
+	if len(s) == 0 || len(s) > maxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !t[s[i]] {
+			return false
+		}
+	}
+	return true
+}
 
-// ValidOrderID reports whether id has the form of an order id (a lower-case UUID).
-func ValidOrderID(id string) bool { return orderRe.MatchString(id) }
+// ValidSKU reports whether id is an acceptable sku_id: 1-64 of [A-Za-z0-9_-]
+// (^[A-Za-z0-9_-]{1,64}$). The pattern keeps ids safe as Redis key parts and
+// NATS subject tokens.
+func ValidSKU(id string) bool { return all(id, &skuChars, 64) }
 
-// ValidIdempotencyKey reports whether k is 1-128 printable ASCII characters without spaces.
-func ValidIdempotencyKey(k string) bool { return idemRe.MatchString(k) }
+// ValidUser reports whether id is an acceptable user id: 1-128 of
+// [A-Za-z0-9_.@-] (^[A-Za-z0-9_.@-]{1,128}$).
+func ValidUser(id string) bool { return all(id, &userChars, 128) }
+
+// ValidOrderID reports whether id has the form of an order id, a lower-case
+// UUID (^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$).
+func ValidOrderID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			if id[i] != '-' {
+				return false
+			}
+		default:
+			if !hexLower[id[i]] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ValidIdempotencyKey reports whether k is 1-128 printable ASCII characters
+// without spaces (^[\x21-\x7e]{1,128}$).
+func ValidIdempotencyKey(k string) bool {
+	if len(k) == 0 || len(k) > MaxIdempotencyKey {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
