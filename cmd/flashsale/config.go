@@ -127,7 +127,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.str(&c.AdminToken, "admin-token", "FLASHSALE_ADMIN_TOKEN", "", "bearer token of the admin API (admin API disabled when empty)")
 	e.str(&c.UserTokenSecret, "user-token-secret", "FLASHSALE_USER_TOKEN_SECRET", "", "HS256 secret of user tokens (required)")
 	e.int(&c.DBMaxConns, "db-max-conns", "FLASHSALE_DB_MAX_CONNS", 16, "database pool size")
-	e.int(&c.ApplyBatch, "apply-batch", "FLASHSALE_APPLY_BATCH", 256, "most reservations applied in one database transaction")
+	e.int(&c.ApplyBatch, "apply-batch", "FLASHSALE_APPLY_BATCH", 1000, "most reservations applied in one database transaction")
 	e.int(&c.ApplyWorkers, "apply-workers", "FLASHSALE_APPLY_WORKERS", 2, "concurrent batch appliers per instance")
 	e.bool(&c.NATSSyncAlways, "nats-sync-always", "FLASHSALE_NATS_SYNC_ALWAYS", false, "embedded JetStream fsyncs every write (survives power loss; slower)")
 	e.dur(&c.KeyRetention, "key-retention", "FLASHSALE_KEY_RETENTION", 24*time.Hour, "how long after a sale ends its Redis keys are kept (never while work is in flight)")
