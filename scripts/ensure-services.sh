@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # ensure-services.sh makes sure the services flashsale's tests talk to are
 # installed and answering: PostgreSQL on 127.0.0.1:5432 (trust auth for local
-# TCP, so `psql -h 127.0.0.1 -U postgres` needs no password) and Redis on
-# 127.0.0.1:6379, plus the redis-server binary (tests start private ones).
+# TCP, so `psql -h 127.0.0.1 -U postgres` needs no password), Redis on
+# 127.0.0.1:6379 and MariaDB on 127.0.0.1:3306 (root, no password), plus the
+# redis-server and mariadbd binaries (tests start private ones), promtool and
+# chromium.
 # NATS is not needed: tests and the service embed nats-server in-process.
 #
 # Idempotent: when everything already answers it only checks and exits.
@@ -13,7 +15,9 @@
 #   PG_HOST=127.0.0.1 PG_PORT=5432 PG_CLUSTER=main PG_VERSION=<newest installed>
 #   REDIS_PORT=6379 REDIS_DIR=/var/lib/redis REDIS_LOGFILE=/var/log/redis/ci.log
 #   ENSURE_SERVICES_TIMEOUT=60   seconds to wait for each service to answer
-#   ENSURE_MARIADB=0             skip MariaDB on 127.0.0.1:3306 (ensured by default)
+#   MARIADB_PORT=3306
+#   ENSURE_MARIADB=0             skip MariaDB (ensured by default)
+#   ENSURE_SERVICES_LOCK=/tmp/flashsale-ensure-services.lock
 #
 # The script can be sourced (functions only, nothing runs) to test one part.
 set -euo pipefail

@@ -141,16 +141,16 @@ Redis gate alone <b>{{f0 .R.Baselines.RedisGateRPS}}</b> reserves/s (reserve scr
 <td>{{if .InvariantsOK}}<span class="ok">I1-I7 hold</span>{{else}}<span class="bad">VIOLATED</span>{{end}}</td><td>{{.CPU}}</td></tr>
 {{end}}</table></div>
 <p class="small">req/s: answers without error per second of the run's duration (sold-out and limit refusals are answers; 5xx, 503 busy and
-transport failures are errors). Latency from the send (closed loop) or from the due time (open loop). Checks read PostgreSQL and Redis
+transport failures are errors). Latency from the send (closed loop) or from the due time (open loop). Checks read the database and Redis
 directly after the queue drained: I1-I6 per SKU, then I7 (fresh buyers buy exactly what the database says remains).
-CPU: cores busy on average while measuring, from /proc: this process (generator and in-process server), redis-server, PostgreSQL, the rest of the machine.</p>
+CPU: cores busy on average while measuring, from /proc: this process (generator and in-process server), redis-server, the database server (postgres, mariadbd or mysqld), the rest of the machine.</p>
 {{range .R.Setup.Notes}}<p class="small">Note: {{.}}</p>{{end}}
 <h2>Latency distribution</h2>
 {{.Percentiles}}
 <h2>Throughput over time</h2>
 {{.Throughput}}
 {{if .Backlog}}<h2>Pipeline backlog</h2>
-<p class="small">Reservations accepted by the Redis gate and not yet decided by PostgreSQL, sampled every 100 ms from the start
+<p class="small">Reservations accepted by the Redis gate and not yet decided by the database, sampled every 100 ms from the start
 of the warm-up: bounded when the consumer keeps up with the gate.</p>
 {{.Backlog}}{{end}}
 <h2>Per strategy</h2>

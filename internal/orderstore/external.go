@@ -7,7 +7,7 @@ import (
 
 // Change data capture (stock changes made outside flashsale): the audit
 // trigger of inventory records each in stock_audit (reason external_change)
-// and owes it to Redis as a redis_restores row (order_id "ext-<audit id>",
+// and owes it to Redis as a redis_restores row (order_id "ext-<audit id>-<uuid>",
 // user_id ""), in the transaction that made the change. PendingRestores
 // returns them with the releases; the restorer applies each to the gate once.
 

@@ -146,7 +146,7 @@ const (
 
 // The id checks run on every request (several per purchase): byte loops over
 // a class table instead of regexps (the patterns they implement are in the
-// doc comments, and sale_test.go checks them against those regexps).
+// doc comments, and validate_test.go checks them against those regexps).
 var (
 	skuChars  = class("A-Za-z0-9_-")
 	userChars = class("A-Za-z0-9_.@-")

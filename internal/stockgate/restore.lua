@@ -2,7 +2,7 @@
 -- or take those of a sale the database fallback made (units < 0), once per
 -- order id (the rel set is the token). An empty user is a stock change made
 -- outside flashsale (captured by the database trigger, order id "ext-<audit
--- id>"): units only, no buyer slot.
+-- id>-<uuid>"): units only, no buyer slot.
 -- Taking more than is available records the rest as debt: reservations
 -- already admitted for those units will be refused by the database, and
 -- their give-back pays the debt instead of re-selling units that no longer

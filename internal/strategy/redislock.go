@@ -118,7 +118,10 @@ func (l *RedisLock) BuyDirect(ctx context.Context, r sale.Reservation, now time.
 		owner := r.OrderID + ":" + nonce()
 		token, err := l.take(wctx, lockKey, fenceKey, owner)
 		if err != nil {
-			if wctx.Err() != nil && ctx.Err() == nil {
+			// The wait ran out: wctx is done, or the client saw its deadline
+			// pass first (rueidis answers DeadlineExceeded from the deadline,
+			// a moment before the context's own timer fires).
+			if (wctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)) && ctx.Err() == nil {
 				return sale.Order{}, false, l.busy(ctx, r, "waiting for the redis lock")
 			}
 			return sale.Order{}, false, err
