@@ -98,6 +98,22 @@ func countAccepted(ctx context.Context, db DB, ids []string) (rows, distinct int
 // over the limit). gate may be nil to skip Redis.
 func Check(ctx context.Context, db DB, gate *stockgate.Gate, sku string, accepted []string, idle bool) (Report, error) {
 	r := Report{SKU: sku}
+	// Redis first, then the database: a reservation leaves the in-flight set
+	// only after the database committed its decision, so a database read
+	// that follows an empty in-flight set sees every decision. (Read the
+	// other way round, a batch committing in between looks idle with its
+	// orders missing from the snapshot.)
+	var f stockgate.InFlight
+	if gate != nil {
+		var err error
+		if f, err = gate.ReadInFlight(ctx, sku); err != nil {
+			return r, err
+		}
+		if r.Outbox, err = gate.OutboxLen(ctx, sku); err != nil {
+			return r, err
+		}
+		r.RedisLoaded, r.RedisAvailable, r.RedisDebt, r.InFlight = f.Loaded, f.Available, f.Debt, f.Units()
+	}
 	err := db.DB().QueryRowContext(ctx, db.Rebind(snapshotSQL), sku, sku).Scan(&r.DBStock, &r.TotalStock, &r.PerUserLimit,
 		&r.LiveUnits, &r.LiveOrders, &r.FailedOrders, &r.Orders, &r.ProcessLog, &r.MaxUserUnits)
 	if err != nil {
@@ -147,14 +163,6 @@ func Check(ctx context.Context, db DB, gate *stockgate.Gate, sku string, accepte
 		}
 	}
 	if gate != nil {
-		f, err := gate.ReadInFlight(ctx, sku)
-		if err != nil {
-			return r, err
-		}
-		r.RedisLoaded, r.RedisAvailable, r.RedisDebt, r.InFlight = f.Loaded, f.Available, f.Debt, f.Units()
-		if r.Outbox, err = gate.OutboxLen(ctx, sku); err != nil {
-			return r, err
-		}
 		if f.Loaded && (r.RedisAvailable+r.RedisDebt < 0 || r.RedisDebt < 0) {
 			r.failf("I2: redis available %d < 0 (debt %d)", r.RedisAvailable+r.RedisDebt, r.RedisDebt)
 		}
