@@ -12,13 +12,8 @@ local avail = tonumber(redis.call('HGET', KEYS[1], 'avail')) or 0
 if avail + delta < 0 then
   return {0, avail}
 end
-if delta > 0 then
-  -- A restock pays any debt first (see restore.lua).
-  local debt = tonumber(redis.call('HGET', KEYS[1], 'debt')) or 0
-  local pay = math.min(debt, delta)
-  if pay > 0 then redis.call('HINCRBY', KEYS[1], 'debt', -pay) end
-  delta = delta - pay
-end
-avail = redis.call('HINCRBY', KEYS[1], 'avail', delta)
+-- A restock pays any debt first (debt.lua, run before this script).
+if delta > 0 then give(delta) else take(-delta) end
+avail = tonumber(redis.call('HGET', KEYS[1], 'avail'))
 redis.call('HSET', KEYS[1], 'limit', ARGV[2], 'starts', ARGV[3], 'ends', ARGV[4])
 return {1, avail}

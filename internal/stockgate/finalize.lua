@@ -6,22 +6,10 @@
 -- ARGV: pairs of (order_id, outcome) where outcome is
 --   'a' applied in the database: the units stay sold; forget the reservation
 --   'f' refused by the database: give the units (paying any debt first, see
---       restore.lua) and the buyer's slot back
+--       debt.lua, run before this script) and the buyer's slot back
 -- While the SKU is unloaded (fenced for a rebuild, or lost) only the entries
 -- are closed: the rebuild computes units and buyers from the database.
 -- Returns {closed_applied, compensated_units}
--- give(n): n units come back to the gate. Units the database no longer
--- has (debt: an external decrement or a direct sale took more than was
--- available) are paid off first; only the rest become available again.
-local function give(n)
-  local debt = tonumber(redis.call('HGET', KEYS[1], 'debt')) or 0
-  if debt > 0 then
-    local pay = math.min(debt, n)
-    redis.call('HINCRBY', KEYS[1], 'debt', -pay)
-    n = n - pay
-  end
-  if n > 0 then redis.call('HINCRBY', KEYS[1], 'avail', n) end
-end
 local loaded = redis.call('HEXISTS', KEYS[1], 'epoch') == 1
 local applied, units = 0, 0
 for i = 1, #ARGV, 2 do

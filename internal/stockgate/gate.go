@@ -49,6 +49,10 @@ var (
 	fenceLua string
 	//go:embed restore.lua
 	restoreLua string
+	// debt.lua defines give and take, the gate's debt rules; it is put in
+	// front of each script that moves units from outside the purchase path.
+	//go:embed debt.lua
+	debtLua string
 )
 
 // Gate is the Redis side of the purchase path. It is safe for concurrent use.
@@ -74,14 +78,14 @@ func New(c rueidis.Client, prefix string) *Gate {
 		c:        c,
 		prefix:   prefix,
 		reserve:  rueidis.NewLuaScript(reserveLua),
-		finalize: rueidis.NewLuaScript(finalizeLua),
+		finalize: rueidis.NewLuaScript(debtLua + finalizeLua),
 		seed:     rueidis.NewLuaScript(seedLua),
 		inflight: rueidis.NewLuaScriptReadOnly(inflightLua),
 		resync:   rueidis.NewLuaScript(resyncLua),
-		adjust:   rueidis.NewLuaScript(adjustLua),
+		adjust:   rueidis.NewLuaScript(debtLua + adjustLua),
 		expire:   rueidis.NewLuaScript(expireLua),
 		fence:    rueidis.NewLuaScript(fenceLua),
-		restore:  rueidis.NewLuaScript(restoreLua),
+		restore:  rueidis.NewLuaScript(debtLua + restoreLua),
 	}
 }
 
@@ -414,9 +418,7 @@ func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
 	if len(vals) > 4 {
 		f.Epoch, _ = vals[4].ToString()
 	}
-	if len(vals) > 5 {
-		f.Debt, _ = vals[5].AsInt64()
-	}
+	f.Debt, _ = vals[5].AsInt64()
 	kv, err := vals[3].AsStrSlice()
 	if err != nil {
 		return InFlight{}, fmt.Errorf("stockgate: read in-flight: %w", err)
@@ -474,10 +476,7 @@ func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, d
 	case -3:
 		return 0, ErrReseeded
 	}
-	if len(vals) > 1 {
-		return vals[0] - vals[1], nil
-	}
-	return vals[0], nil
+	return vals[0] - vals[1], nil // available net of debt
 }
 
 // ErrReseeded is returned by Resync when the SKU was loaded again (a rebuild,

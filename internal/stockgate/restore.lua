@@ -3,10 +3,8 @@
 -- order id (the rel set is the token). An empty user is a stock change made
 -- outside flashsale (captured by the database trigger, order id "ext-<audit
 -- id>-<uuid>"): units only, no buyer slot.
--- Taking more than is available records the rest as debt: reservations
--- already admitted for those units will be refused by the database, and
--- their give-back pays the debt instead of re-selling units that no longer
--- exist. A release is decided in the database
+-- Taking more than is available records the rest as debt (debt.lua, run
+-- before this script). A release is decided in the database
 -- first (the status change is the guard); this is the Redis half, retried
 -- until done.
 -- KEYS[1] meta  KEYS[2] buyers  KEYS[3] rel
@@ -16,31 +14,11 @@
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return {-2, 0}
 end
--- give(n): n units come back to the gate. Units the database no longer
--- has (debt: an external decrement or a direct sale took more than was
--- available) are paid off first; only the rest become available again.
-local function give(n)
-  local debt = tonumber(redis.call('HGET', KEYS[1], 'debt')) or 0
-  if debt > 0 then
-    local pay = math.min(debt, n)
-    redis.call('HINCRBY', KEYS[1], 'debt', -pay)
-    n = n - pay
-  end
-  if n > 0 then redis.call('HINCRBY', KEYS[1], 'avail', n) end
-end
 local n, units = 0, 0
 for i = 1, #ARGV, 3 do
   if redis.call('SADD', KEYS[3], ARGV[i]) == 1 then
     local qty = tonumber(ARGV[i + 2])
-    if qty > 0 then
-      give(qty)
-    else
-      local avail = redis.call('HINCRBY', KEYS[1], 'avail', qty)
-      if avail < 0 then
-        redis.call('HSET', KEYS[1], 'avail', 0)
-        redis.call('HINCRBY', KEYS[1], 'debt', -avail)
-      end
-    end
+    if qty > 0 then give(qty) else take(-qty) end
     if ARGV[i + 1] ~= '' then
       local left = redis.call('HINCRBY', KEYS[2], ARGV[i + 1], -qty)
       if left <= 0 then redis.call('HDEL', KEYS[2], ARGV[i + 1]) end
