@@ -400,7 +400,7 @@ func (s *myStore) Discard(ctx context.Context, r sale.Reservation) (already bool
 		}
 		inserted := n == 1
 		// Sees the order of a transaction the insert above waited for (READ COMMITTED).
-		existing, prior, err := myOptionalOrder(ctx, tx, r.OrderID, false)
+		existing, prior, err := myOptionalOrder(ctx, tx, r.OrderID)
 		if err != nil {
 			return err
 		}

@@ -140,7 +140,7 @@ func myLogAndReadOrder(ctx context.Context, tx *sql.Tx, r sale.Reservation) (ins
 	if err != nil {
 		return false, sale.Order{}, false, fmt.Errorf("insert process_log: %w", err)
 	}
-	existing, prior, err = myOptionalOrder(ctx, tx, r.OrderID, false)
+	existing, prior, err = myOptionalOrder(ctx, tx, r.OrderID)
 	if err != nil {
 		return false, sale.Order{}, false, fmt.Errorf("read order: %w", err)
 	}
@@ -179,7 +179,7 @@ func (s *myStore) myWriteDirectOrder(ctx context.Context, tx *sql.Tx, r sale.Res
 		time.UnixMilli(r.AcceptedAt).UTC(), s.expiry(r.AcceptedAt).UTC()); err != nil {
 		return sale.Order{}, fmt.Errorf("insert order: %w", err)
 	}
-	order, found, err := myOptionalOrder(ctx, tx, r.OrderID, false)
+	order, found, err := myOptionalOrder(ctx, tx, r.OrderID)
 	if err == nil && !found {
 		err = errors.New("inserted order not found")
 	}

@@ -88,7 +88,7 @@ func (s *myStore) pay(ctx context.Context, id, user, ref string, now time.Time) 
 // ownedOrder reads order id inside tx; not found (or not user's) wraps
 // sale.ErrOrderNotFound.
 func (s *myStore) ownedOrder(ctx context.Context, tx *sql.Tx, id, user string) (sale.Order, error) {
-	o, found, err := myOptionalOrder(ctx, tx, id, false)
+	o, found, err := myOptionalOrder(ctx, tx, id)
 	if err != nil {
 		return sale.Order{}, fmt.Errorf("orderstore: order %s: %w", id, err)
 	}

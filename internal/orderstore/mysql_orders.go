@@ -12,7 +12,7 @@ import (
 // database knows it (times in UTC), or an error wrapping sale.ErrOrderNotFound
 // when the database has not applied it.
 func (s *myStore) Order(ctx context.Context, id string) (sale.Order, error) {
-	o, found, err := myOptionalOrder(ctx, s.db, id, false)
+	o, found, err := myOptionalOrder(ctx, s.db, id)
 	if err != nil {
 		return sale.Order{}, fmt.Errorf("orderstore: order %q: %w", id, err)
 	}

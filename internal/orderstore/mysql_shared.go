@@ -3,18 +3,10 @@ package orderstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"strings"
 
 	"github.com/flashsale/flashsale/internal/sale"
-	"github.com/jackc/pgx/v5"
 )
-
-// scanner is a row to scan: pgx.Row, *sql.Row and *sql.Rows all are.
-type scanner interface{ Scan(dest ...any) error }
-
-// noRows reports whether err says a single-row query found none, in either dialect.
-func noRows(err error) bool { return errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) }
 
 // The MySQL writes every dialect-neutral rule shares. Each takes the open
 // transaction; multi-row VALUES lists stay far below max_allowed_packet for
@@ -93,15 +85,12 @@ func myInsertAudit(ctx context.Context, tx *sql.Tx, rows []auditRow) error {
 // myOrderSQL reads one order (orderColumnList) by id.
 const myOrderSQL = `SELECT ` + orderColumnList + ` FROM orders WHERE order_id = ?`
 
-// myOptionalOrder reads order id in tx (found = false when absent).
+// myOptionalOrder reads order id through q (a transaction, a connection or
+// the pool); found = false when absent.
 func myOptionalOrder(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, id string, forUpdate bool) (sale.Order, bool, error) {
-	query := myOrderSQL
-	if forUpdate {
-		query += " FOR UPDATE"
-	}
-	o, err := scanOrder(q.QueryRowContext(ctx, query, id))
+}, id string) (sale.Order, bool, error) {
+	o, err := scanOrder(q.QueryRowContext(ctx, myOrderSQL, id))
 	if noRows(err) {
 		return sale.Order{}, false, nil
 	}

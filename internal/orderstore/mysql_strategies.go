@@ -219,7 +219,7 @@ func (s *myStore) myBuyOptimisticOnce(ctx context.Context, r sale.Reservation, n
 	// Each read is its own READ COMMITTED statement. The version is read
 	// before the holdings: any live order committed after the version was
 	// read changed the version, so the compare-and-set fails.
-	existing, prior, err := myOptionalOrder(ctx, conn, r.OrderID, false)
+	existing, prior, err := myOptionalOrder(ctx, conn, r.OrderID)
 	if err != nil {
 		return sale.Order{}, false, false, fmt.Errorf("read order: %w", err)
 	}

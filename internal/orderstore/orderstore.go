@@ -14,13 +14,14 @@ package orderstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 )
 
 // Dialect names a supported database.
@@ -84,6 +85,12 @@ type backend interface {
 	PublishTransitions(ctx context.Context, limit int, publish func([]Transition) error) (int, error)
 }
 
+// scanner is a row to scan: pgx.Row, *sql.Row and *sql.Rows all are.
+type scanner interface{ Scan(dest ...any) error }
+
+// noRows reports whether err says a single-row query found none, in either dialect.
+func noRows(err error) bool { return errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) }
+
 // PoolStats describes the connection pool, for metrics.
 type PoolStats struct {
 	Max, Total, Idle, InUse int64
@@ -124,15 +131,6 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 
 // Dialect reports which database the store talks to.
 func (s *Store) Dialect() Dialect { return s.dialect }
-
-// Pool returns the PostgreSQL pool, or nil on another dialect. Tests that
-// need PostgreSQL-only features use it; everything else uses DB.
-func (s *Store) Pool() *pgxpool.Pool {
-	if p, ok := s.backend.(*pgStore); ok {
-		return p.pool
-	}
-	return nil
-}
 
 // Rebind rewrites a statement written with ? placeholders for the store's
 // dialect ($1, $2, ... on PostgreSQL), for callers of DB: tests and the

@@ -260,15 +260,11 @@ func TestOpenCreatesMissingDatabase(t *testing.T) {
 // naming database name instead.
 func withDatabase(t *testing.T, base, name string) string {
 	t.Helper()
-	if !strings.Contains(base, "://") {
-		return base + " dbname=" + name // the last keyword wins
-	}
-	u, err := url.Parse(base)
+	u, err := orderstore.WithDatabase(base, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Path = "/" + name
-	return u.String()
+	return u
 }
 
 func TestOpenUnreachable(t *testing.T) {
@@ -293,7 +289,7 @@ func TestSessionDefaults(t *testing.T) {
 		got := map[string]string{}
 		for _, k := range []string{"lock_timeout", "statement_timeout", "plan_cache_mode"} {
 			var v string
-			if err := s.Pool().QueryRow(ctx, "SHOW "+k).Scan(&v); err != nil {
+			if err := s.DB().QueryRowContext(ctx, "SHOW "+k).Scan(&v); err != nil {
 				t.Fatal(err)
 			}
 			got[k] = v
@@ -321,12 +317,12 @@ func TestSessionDefaults(t *testing.T) {
 		t.Errorf("with lock_timeout in the URL (-want +got):\n%s", diff)
 	}
 	putSKU(t, short, "LOCKED", 5)
-	tx, err := s.Pool().Begin(ctx)
+	tx, err := s.DB().BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM inventory WHERE sku_id = 'LOCKED' FOR UPDATE`); err != nil {
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM inventory WHERE sku_id = 'LOCKED' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -340,7 +336,7 @@ func TestSessionDefaults(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("two calls took %v to give up", d)
 	}
-	if err := tx.Rollback(ctx); err != nil {
+	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
 	if l := checkInvariants(t, s, "LOCKED"); l.Stock != 5 || l.Logged != 0 {
