@@ -4,8 +4,8 @@ package testenv
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // MariaDBServer is a private MariaDB (or MySQL) server started by
@@ -168,14 +166,14 @@ func (s *MariaDBServer) start() error {
 }
 
 func (s *MariaDBServer) ping() error {
-	cfg := mysql.NewConfig()
-	cfg.Net, cfg.Addr, cfg.User = "tcp", fmt.Sprintf("127.0.0.1:%d", s.Port), "root"
-	cfg.Timeout = time.Second
-	c, err := mysql.NewConnector(cfg)
+	u, err := url.Parse(s.URL(""))
 	if err != nil {
 		return err
 	}
-	db := sql.OpenDB(c)
+	db, err := adminMySQL(u)
+	if err != nil {
+		return err
+	}
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
