@@ -2,12 +2,10 @@ package orderstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net/url"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -34,16 +32,7 @@ func DropDatabase(ctx context.Context, dbURL string) error {
 		if err != nil {
 			return err
 		}
-		name := cfg.DBName
-		cfg.DBName = ""
-		c, err := mysql.NewConnector(cfg)
-		if err != nil {
-			return err
-		}
-		db := sql.OpenDB(c)
-		defer db.Close()
-		_, err = db.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+strings.ReplaceAll(name, "`", "``")+"`")
-		return err
+		return onMySQLServer(ctx, cfg, "DROP DATABASE IF EXISTS "+quoteMySQL(cfg.DBName))
 	}
 	cc, err := pgx.ParseConfig(dbURL)
 	if err != nil {

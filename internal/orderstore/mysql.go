@@ -155,6 +155,15 @@ func openMySQLPool(ctx context.Context, cfg *mysql.Config, o Options) (*sql.DB, 
 }
 
 func createMySQLDatabase(ctx context.Context, cfg *mysql.Config, o Options) error {
+	err := onMySQLServer(ctx, cfg, "CREATE DATABASE IF NOT EXISTS "+quoteMySQL(cfg.DBName)+" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+	if err == nil {
+		o.Logger.InfoContext(ctx, "orderstore: created database", "database", cfg.DBName)
+	}
+	return err
+}
+
+// onMySQLServer runs stmt on the server of cfg, outside any database.
+func onMySQLServer(ctx context.Context, cfg *mysql.Config, stmt string) error {
 	mc := cfg.Clone()
 	mc.DBName = ""
 	conn, err := mysql.NewConnector(mc)
@@ -163,12 +172,12 @@ func createMySQLDatabase(ctx context.Context, cfg *mysql.Config, o Options) erro
 	}
 	db := sql.OpenDB(conn)
 	defer db.Close()
-	_, err = db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+strings.ReplaceAll(cfg.DBName, "`", "``")+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-	if err == nil {
-		o.Logger.InfoContext(ctx, "orderstore: created database", "database", cfg.DBName)
-	}
+	_, err = db.ExecContext(ctx, stmt)
 	return err
 }
+
+// quoteMySQL quotes an identifier.
+func quoteMySQL(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
 
 func (s *myStore) Close() {
 	_ = s.db.Close()
