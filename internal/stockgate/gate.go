@@ -656,13 +656,17 @@ type Release struct {
 // Restore gives released orders' units and buyer slots back, once per order
 // id however often it is called. It returns the units given back now, or
 // sale.ErrNotWarmed when the SKU is not loaded (a rebuild then counts the
-// releases from the database; call again after it).
+// releases from the database; call again after it). A release with no order
+// id or zero units fails the whole call with sale.ErrInvalid, nothing written.
 func (g *Gate) Restore(ctx context.Context, sku string, rs []Release) (int64, error) {
 	if len(rs) == 0 {
 		return 0, nil
 	}
 	args := make([]string, 0, 3*len(rs))
 	for _, r := range rs {
+		if r.OrderID == "" || r.Quantity == 0 {
+			return 0, fmt.Errorf("%w: restore of order %q with %d units", sale.ErrInvalid, r.OrderID, r.Quantity)
+		}
 		args = append(args, r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10))
 	}
 	k := g.KeysOf(sku)
