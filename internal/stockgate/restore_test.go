@@ -46,7 +46,7 @@ func TestRestoreBadQuantitySpendsNoToken(t *testing.T) {
 		{"o1", "ann", "1.5"},
 		{"o1", "ann", "0"},
 		{"o2", "ann", "1", "o1", "ann", ""}, // a bad triple after a good one: the good one is not applied either
-		{"o1", "ann"},                        // not a triple
+		{"o1", "ann"},                       // not a triple
 	} {
 		if err := g.restore.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Rel}, bad).Error(); err == nil {
 			t.Fatalf("restore.lua %q: no error", bad)
