@@ -290,4 +290,3 @@ func TestReconcilerCorrectsUndersell(t *testing.T) {
 		})
 	}
 }
-
