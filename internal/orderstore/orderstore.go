@@ -70,7 +70,7 @@ type backend interface {
 	Expire(ctx context.Context, id string, now time.Time) (o sale.Order, released bool, err error)
 	ExpireDue(ctx context.Context, now time.Time, limit int) ([]Restore, error)
 	RequestCancel(ctx context.Context, id, user string, now time.Time) (o sale.Order, landed bool, err error)
-	PendingRestores(ctx context.Context, limit int) ([]Restore, error)
+	PendingRestores(ctx context.Context, limit int, skip ...string) ([]Restore, error)
 	RestoresDone(ctx context.Context, ids []string) error
 	ListenRestores(ctx context.Context, wake func()) error
 
