@@ -103,6 +103,7 @@ type PoolStats struct {
 type Store struct {
 	backend
 	dialect Dialect
+	desc    string // see Describe
 }
 
 // Open connects to the database named in url and checks the connection:
@@ -126,7 +127,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{backend: b, dialect: d}, nil
+	return &Store{backend: b, dialect: d, desc: describe(d, url)}, nil
 }
 
 // Dialect reports which database the store talks to.
