@@ -64,6 +64,20 @@ func TestPrefixBelongsToOneDatabase(t *testing.T) {
 		t.Fatalf("owner after the refusal: %+v", rep)
 	}
 
+	// Redis loses the owner key (with everything else, in real life): the
+	// rebuild that follows claims the prefix again for its database.
+	ctx := context.Background()
+	rc := h.a.redis
+	if err := rc.Do(ctx, rc.B().Del().Key(cfgA.RedisPrefix+":owner").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.a.rebuildAll(ctx); err != nil {
+		t.Fatalf("rebuild after the owner key was lost: %v", err)
+	}
+	if owner, err := rc.Do(ctx, rc.B().Get().Key(cfgA.RedisPrefix+":owner").Build()).ToString(); err != nil || !strings.HasPrefix(owner, idA+" ") {
+		t.Fatalf("owner after the rebuild: %q, %v; want %s", owner, err, idA)
+	}
+
 	// A second instance of the same database shares the prefix.
 	cfgC := testConfig(t, "external", "FLASHSALE_DATABASE_URL", cfgA.DatabaseURL,
 		"FLASHSALE_REDIS_URL", cfgA.RedisURL, "FLASHSALE_REDIS_PREFIX", cfgA.RedisPrefix)
