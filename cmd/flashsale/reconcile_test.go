@@ -87,25 +87,37 @@ func TestReconcileDrift(t *testing.T) {
 	if !found {
 		t.Fatalf("no redis audit row for the correction: %+v", es)
 	}
-	// Large drift: ten units vanish from Redis. Alerted, left alone.
+	// Large undersell: ten units vanish from Redis. Corrected on its own:
+	// it can only put back units the database has.
 	if err := c.Do(ctx, c.B().Hincrby().Key(meta).Field("avail").Increment(-10).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	pass()
+	if a := pass(); a != "corrected" {
+		t.Fatalf("large undersell: %s", a)
+	}
+	if n, _, _ := h.a.gate.Available(ctx, "rc"); n != 17 {
+		t.Fatalf("large undersell not corrected: available %d", n)
+	}
+	// Large over-admission: ten units appear in Redis. Alerted, left alone.
+	if err := c.Do(ctx, c.B().Hincrby().Key(meta).Field("avail").Increment(10).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	pass()
 	if a := pass(); a != "alert" {
 		t.Fatalf("large drift: %s", a)
 	}
-	if n, _, _ := h.a.gate.Available(ctx, "rc"); n != 7 {
+	if n, _, _ := h.a.gate.Available(ctx, "rc"); n != 27 {
 		t.Fatalf("large drift was touched: available %d", n)
 	}
 	mu.Lock()
 	got := len(alerts)
 	mu.Unlock()
-	if got != 1 || alerts[0]["sku_id"] != "rc" || alerts[0]["drift"] != float64(-10) {
+	if got != 1 || alerts[0]["sku_id"] != "rc" || alerts[0]["drift"] != float64(10) {
 		t.Fatalf("webhook alerts %v", alerts)
 	}
 	m := h.do(http.MethodGet, "/metrics", "")
-	if !strings.Contains(m.Raw, "flashsale_reconcile_alerts_total 1") || !strings.Contains(m.Raw, `flashsale_reconcile_drift_units{sku_id="rc"} -10`) {
+	if !strings.Contains(m.Raw, "flashsale_reconcile_alerts_total 1") || !strings.Contains(m.Raw, `flashsale_reconcile_drift_units{sku_id="rc"} 10`) {
 		t.Fatalf("metrics lack the alert:\n%s", m.Raw)
 	}
 }

@@ -120,6 +120,10 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if err = a.store.Migrate(octx); err != nil {
 		return nil, fmt.Errorf("database migrations: %w", err)
 	}
+	// Before anything reads or writes under the prefix: it must be ours.
+	if err = a.claimPrefix(octx); err != nil {
+		return nil, err
+	}
 
 	if cfg.NATSURL == "embedded" {
 		if a.embedded, err = orderqueue.StartEmbedded(cfg.DataDir, cfg.NATSSyncAlways); err != nil {
@@ -302,8 +306,35 @@ func (a *app) isActive(sku string) bool {
 	return ok && (s.EndsAt.IsZero() || time.Now().Before(s.EndsAt))
 }
 
+// claimPrefix makes sure the Redis prefix belongs to this database: it
+// records this database's deployment id under <prefix>:owner if no one
+// has (a new Redis, or one that lost its keys), and refuses a prefix
+// another database owns: two deployments on one prefix would publish each
+// other's reservations to their own streams and databases.
+func (a *app) claimPrefix(ctx context.Context) error {
+	id, err := a.store.DeploymentID(ctx)
+	if err != nil {
+		return err
+	}
+	mine := id + " " + a.store.Describe()
+	owner, err := a.gate.ClaimPrefix(ctx, mine)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if ownerID, _, _ := strings.Cut(owner, " "); ownerID != id {
+		return fmt.Errorf("redis prefix %q belongs to another deployment: owner %q, this database is %q; "+
+			"give each deployment its own FLASHSALE_REDIS_PREFIX (or Redis)", a.cfg.RedisPrefix, owner, mine)
+	}
+	return nil
+}
+
 // rebuildAll rebuilds every active sale in Redis from the database.
 func (a *app) rebuildAll(ctx context.Context) error {
+	// A Redis that lost its keys lost its owner key too: claim the prefix
+	// again before loading anything, or refuse to load another's.
+	if err := a.claimPrefix(ctx); err != nil {
+		return err
+	}
 	if err := a.catalog.Refresh(ctx); err != nil {
 		return err
 	}

@@ -327,9 +327,15 @@ func (s *myStore) waitForApply(ctx context.Context, id string) error {
 	return err
 }
 
-// PendingRestores returns up to limit Redis restores owed, oldest first.
-func (s *myStore) PendingRestores(ctx context.Context, limit int) ([]Restore, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, sku_id, user_id, quantity FROM redis_restores ORDER BY created_at LIMIT ?`, limit)
+// PendingRestores returns up to limit Redis restores owed, oldest first,
+// leaving out those of the SKUs in skip.
+func (s *myStore) PendingRestores(ctx context.Context, limit int, skip ...string) ([]Restore, error) {
+	where := ""
+	if len(skip) > 0 {
+		where = ` WHERE sku_id NOT IN (` + placeholders(len(skip)) + `)`
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT order_id, sku_id, user_id, quantity FROM redis_restores`+where+` ORDER BY created_at LIMIT ?`,
+		append(anys(skip), limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: pending restores: %w", err)
 	}

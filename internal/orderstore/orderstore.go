@@ -70,7 +70,7 @@ type backend interface {
 	Expire(ctx context.Context, id string, now time.Time) (o sale.Order, released bool, err error)
 	ExpireDue(ctx context.Context, now time.Time, limit int) ([]Restore, error)
 	RequestCancel(ctx context.Context, id, user string, now time.Time) (o sale.Order, landed bool, err error)
-	PendingRestores(ctx context.Context, limit int) ([]Restore, error)
+	PendingRestores(ctx context.Context, limit int, skip ...string) ([]Restore, error)
 	RestoresDone(ctx context.Context, ids []string) error
 	ListenRestores(ctx context.Context, wake func()) error
 
@@ -103,6 +103,7 @@ type PoolStats struct {
 type Store struct {
 	backend
 	dialect Dialect
+	desc    string // see Describe
 }
 
 // Open connects to the database named in url and checks the connection:
@@ -126,7 +127,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{backend: b, dialect: d}, nil
+	return &Store{backend: b, dialect: d, desc: describe(d, url)}, nil
 }
 
 // Dialect reports which database the store talks to.

@@ -352,11 +352,16 @@ func (s *pgStore) RequestCancel(ctx context.Context, id, user string, now time.T
 	return o, true, err
 }
 
-const pendingRestoresSQL = `SELECT order_id, sku_id, user_id, quantity FROM redis_restores ORDER BY created_at LIMIT $1`
+const pendingRestoresSQL = `SELECT order_id, sku_id, user_id, quantity FROM redis_restores
+WHERE NOT (sku_id = ANY($2::text[])) ORDER BY created_at LIMIT $1`
 
-// PendingRestores returns up to limit Redis restores owed, oldest first.
-func (s *pgStore) PendingRestores(ctx context.Context, limit int) ([]Restore, error) {
-	rows, err := s.pool.Query(ctx, pendingRestoresSQL, limit)
+// PendingRestores returns up to limit Redis restores owed, oldest first,
+// leaving out those of the SKUs in skip.
+func (s *pgStore) PendingRestores(ctx context.Context, limit int, skip ...string) ([]Restore, error) {
+	if skip == nil {
+		skip = []string{}
+	}
+	rows, err := s.pool.Query(ctx, pendingRestoresSQL, limit, skip)
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: pending restores: %w", err)
 	}

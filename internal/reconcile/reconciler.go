@@ -18,8 +18,8 @@ import (
 const (
 	ActionOK        = "ok"        // Redis agrees with the database, in-flight work considered
 	ActionWatch     = "watch"     // unexplained drift seen for the first time: check again
-	ActionCorrected = "corrected" // small drift seen twice: Redis re-synchronised from the database
-	ActionAlert     = "alert"     // large drift seen twice: left alone, operators alerted
+	ActionCorrected = "corrected" // undersell, or small over-admission, seen twice: Redis re-synchronised from the database
+	ActionAlert     = "alert"     // large over-admission seen twice: left alone, operators alerted
 	ActionLoaded    = "loaded"    // Redis did not hold the sale: loaded from the database
 )
 
@@ -61,8 +61,13 @@ type Observer interface {
 // [-(units of refusals and releases not yet given back in Redis),
 // +(units reserved between the two Redis reads)]; drift is the distance
 // outside that range. A drift seen in two consecutive passes (same sign) is
-// corrected when at most Threshold units — by a resync, which never re-sells
-// in-flight units — and otherwise alerted and left alone.
+// corrected by a resync (which never re-sells in-flight units, and writes
+// only if no unit moved since its read) when Redis is below what the
+// database can sell (an undersell of any size: correcting it can only sell
+// units the database has) or above it by at most Threshold units; Redis
+// above by more (over-admission: something is wrong that a resync may
+// hide) is alerted and left alone. The second sighting keeps a drift that
+// in-flight work explains a moment later from being corrected.
 type Reconciler struct {
 	sync      *Syncer
 	audit     AuditStore
@@ -188,7 +193,7 @@ func (r *Reconciler) one(ctx context.Context, id string) (SKUReport, error) {
 	case prev == 0 || (prev > 0) != (drift > 0):
 		sr.Action = ActionWatch
 		return sr, nil
-	case abs(drift) <= r.threshold:
+	case drift < 0 || drift <= r.threshold:
 		w, err := s.Warm(ctx, id)
 		if err != nil {
 			return sr, err
@@ -234,13 +239,6 @@ func (r *Reconciler) notify(ctx context.Context, sr SKUReport) {
 	if resp.StatusCode >= 300 {
 		r.log.Warn("reconcile: alert webhook answered", "status", resp.StatusCode)
 	}
-}
-
-func abs(n int64) int64 {
-	if n < 0 {
-		return -n
-	}
-	return n
 }
 
 // Lease is held by one instance at a time.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/sale"
@@ -40,7 +41,23 @@ type Gate interface {
 	ReadInFlight(ctx context.Context, sku string) (stockgate.InFlight, error)
 	Resync(ctx context.Context, sku string, cfg stockgate.Config, f stockgate.InFlight, dbStock int64, processed map[string]bool, released []stockgate.Release) (int64, error)
 	Adjust(ctx context.Context, sku string, cfg stockgate.Config, delta int64) (int64, error)
+	LockSKU(ctx context.Context, sku, token string, ttl time.Duration) (bool, error)
+	UnlockSKU(ctx context.Context, sku, token string) error
 }
+
+// Timing of the SKU change lock (see lock).
+const (
+	// lockTTL bounds how long a dead instance's lock holds the others off.
+	// A live holder that outlasts it (a database stalled for longer) is
+	// fenced: its Redis writes are refused (stockgate.ErrLockLost).
+	lockTTL = 30 * time.Second
+	// lockWait is the longest a change waits for another instance's.
+	lockWait = lockTTL + 5*time.Second
+	// syncAttempts bounds the read-snapshot-write retries of a resync
+	// whose units moved meanwhile (busy refusals and releases); the
+	// reconciler comes back later.
+	syncAttempts = 5
+)
 
 // Syncer loads and re-synchronises sales between the database and Redis.
 type Syncer struct {
@@ -59,8 +76,17 @@ func NewSyncer(store Store, gate Gate, queue Queue, log *slog.Logger) *Syncer {
 	return &Syncer{store: store, gate: gate, queue: queue, log: log, locks: map[string]*sync.Mutex{}}
 }
 
-// lock serialises loads of one SKU within this process.
-func (s *Syncer) lock(id string) func() {
+// lock serialises the changes of one SKU that read the database and then
+// write its units in Redis (warm-ups, resyncs, rebuilds, admin changes):
+// within this process by a mutex, across every instance on the Redis prefix
+// by the SKU's change lock in Redis (stockgate LockSKU), whose token the
+// caller passes to every gate write (stockgate.Config.Lock) so that a
+// holder that stalled past lockTTL cannot write over its successor. An
+// instance that dies holding it delays the SKU's next change by at most
+// lockTTL; what it left half done (a Redis reduction whose database half
+// never committed: Redis shows fewer units) is an undersell the reconciler
+// corrects. It returns the token and the function that releases both.
+func (s *Syncer) lock(ctx context.Context, id string) (string, func(), error) {
 	s.mu.Lock()
 	l, ok := s.locks[id]
 	if !ok {
@@ -69,7 +95,35 @@ func (s *Syncer) lock(id string) func() {
 	}
 	s.mu.Unlock()
 	l.Lock()
-	return l.Unlock
+	token := newEpoch()
+	wait := time.NewTimer(lockWait)
+	defer wait.Stop()
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
+		ok, err := s.gate.LockSKU(ctx, id, token, lockTTL)
+		if err != nil {
+			l.Unlock()
+			return "", nil, fmt.Errorf("sku %s change lock: %w", id, err)
+		}
+		if ok {
+			break
+		}
+		err = fmt.Errorf("%w: another instance is changing sku %s", sale.ErrUnavailable, id)
+		select {
+		case <-ctx.Done():
+			l.Unlock()
+			return "", nil, fmt.Errorf("sku %s change lock: %w (%w)", id, ctx.Err(), err)
+		case <-wait.C:
+			l.Unlock()
+			return "", nil, err
+		case <-time.After(delay):
+		}
+	}
+	return token, func() {
+		if err := s.gate.UnlockSKU(context.WithoutCancel(ctx), id, token); err != nil {
+			s.log.Warn("sku change lock: release (it expires)", "sku_id", id, "err", err)
+		}
+		l.Unlock()
+	}, nil
 }
 
 // WarmResult says what Warm did.
@@ -89,8 +143,12 @@ type WarmResult struct {
 // flight; a reservation racing with it can only make Redis show fewer units
 // for a moment. Errors wrap sale.ErrUnknownSKU when the SKU does not exist.
 func (s *Syncer) Warm(ctx context.Context, id string) (WarmResult, error) {
-	defer s.lock(id)()
-	return s.warm(ctx, id)
+	token, unlock, err := s.lock(ctx, id)
+	if err != nil {
+		return WarmResult{}, err
+	}
+	defer unlock()
+	return s.warm(ctx, id, token)
 }
 
 // Rebuild unloads sku from Redis (the gate refuses it meanwhile) and loads it
@@ -98,26 +156,37 @@ func (s *Syncer) Warm(ctx context.Context, id string) (WarmResult, error) {
 // and after the database fallback sold while Redis was out. Buyers' holdings
 // are rebuilt from live orders plus reservations in flight.
 func (s *Syncer) Rebuild(ctx context.Context, id string) (WarmResult, error) {
-	defer s.lock(id)()
+	token, unlock, err := s.lock(ctx, id)
+	if err != nil {
+		return WarmResult{}, err
+	}
+	defer unlock()
 	if _, err := s.store.SKU(ctx, id); err != nil {
 		return WarmResult{}, err
 	}
 	if err := s.gate.Fence(ctx, id); err != nil {
 		return WarmResult{}, err
 	}
-	return s.warm(ctx, id)
+	return s.warm(ctx, id, token)
 }
 
-func (s *Syncer) warm(ctx context.Context, id string) (WarmResult, error) {
-	for attempt := 0; ; attempt++ {
-		r, err := s.warmOnce(ctx, id)
-		if !errors.Is(err, stockgate.ErrReseeded) || attempt == 4 {
+// warm loads or resyncs id under the change lock token. A resync whose
+// units moved (or whose SKU was re-seeded) since its in-flight read is
+// retried from the read, up to syncAttempts times; then it gives up with an
+// error wrapping stockgate.ErrMoved, having written nothing.
+func (s *Syncer) warm(ctx context.Context, id, token string) (WarmResult, error) {
+	for attempt := 1; ; attempt++ {
+		r, err := s.warmOnce(ctx, id, token)
+		if !errors.Is(err, stockgate.ErrReseeded) && !errors.Is(err, stockgate.ErrMoved) {
 			return r, err
+		}
+		if attempt == syncAttempts {
+			return r, fmt.Errorf("resync of %s: gave up after %d attempts: %w", id, attempt, err)
 		}
 	}
 }
 
-func (s *Syncer) warmOnce(ctx context.Context, id string) (WarmResult, error) {
+func (s *Syncer) warmOnce(ctx context.Context, id, token string) (WarmResult, error) {
 	// Re-register every time: the relay and the janitor work from this list.
 	if err := s.gate.Register(ctx, id); err != nil {
 		return WarmResult{}, err
@@ -127,6 +196,7 @@ func (s *Syncer) warmOnce(ctx context.Context, id string) (WarmResult, error) {
 		return WarmResult{}, err
 	}
 	cfg := stockgate.ConfigOf(sku)
+	cfg.Lock = token
 	f, err := s.gate.ReadInFlight(ctx, id)
 	if err != nil {
 		return WarmResult{}, err
@@ -232,11 +302,17 @@ func (s *Syncer) resync(ctx context.Context, id string, cfg stockgate.Config, f 
 // reserved, so no buyer who was accepted loses their unit; it fails with
 // sale.ErrStockConflict when too few units are left.
 func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, bool, error) {
-	// One change of a SKU at a time in this instance, and never during its
-	// warm-up or rebuild: a resync whose snapshot fell between the database
-	// and the Redis half of a change would count the delta twice.
-	defer s.lock(c.ID)()
-	cfg := stockgate.Config{PerUserLimit: c.PerUserLimit, StartsAt: c.StartsAt, EndsAt: c.EndsAt}
+	// One change of a SKU at a time across every instance, and never during
+	// its warm-up or rebuild: a resync whose snapshot fell between the
+	// database and the Redis half of a change would lose or double the
+	// delta, and a reduction whose first half ran against another change's
+	// total could not take the rest from Redis.
+	token, unlock, err := s.lock(ctx, c.ID)
+	if err != nil {
+		return sale.SKU{}, false, err
+	}
+	defer unlock()
+	cfg := stockgate.Config{PerUserLimit: c.PerUserLimit, StartsAt: c.StartsAt, EndsAt: c.EndsAt, Lock: token}
 	cur, err := s.store.SKU(ctx, c.ID)
 	exists := err == nil
 	if err != nil && !errors.Is(err, sale.ErrUnknownSKU) {
@@ -262,14 +338,16 @@ func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, boo
 	sku, delta, created, err := s.store.PutSKU(ctx, c)
 	if err != nil {
 		if takenFromRedis != 0 {
-			if _, gerr := s.gate.Adjust(ctx, c.ID, stockgate.ConfigOf(cur), -takenFromRedis); gerr != nil {
+			back := stockgate.ConfigOf(cur)
+			back.Lock = token
+			if _, gerr := s.gate.Adjust(ctx, c.ID, back, -takenFromRedis); gerr != nil {
 				s.log.Error("admin: could not give back units taken from redis; reconcile will", "sku_id", c.ID, "units", -takenFromRedis, "err", gerr)
 			}
 		}
 		return sale.SKU{}, false, err
 	}
 	if created || !redisLoaded {
-		if _, err := s.warm(ctx, c.ID); err != nil {
+		if _, err := s.warm(ctx, c.ID, token); err != nil {
 			return sku, created, fmt.Errorf("saved, but loading redis failed (retry warmup): %w", err)
 		}
 		return sku, created, nil
@@ -278,7 +356,7 @@ func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, boo
 	// or only the settings) to Redis.
 	if _, err := s.gate.Adjust(ctx, c.ID, cfg, delta-takenFromRedis); err != nil {
 		if errors.Is(err, sale.ErrNotWarmed) {
-			_, err = s.warm(ctx, c.ID)
+			_, err = s.warm(ctx, c.ID, token)
 		}
 		if err != nil {
 			return sku, false, fmt.Errorf("saved, but updating redis failed (retry warmup): %w", err)

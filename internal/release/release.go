@@ -31,7 +31,7 @@ type Store interface {
 	RequestCancel(ctx context.Context, id, user string, now time.Time) (sale.Order, bool, error)
 	Expire(ctx context.Context, id string, now time.Time) (sale.Order, bool, error)
 	ExpireDue(ctx context.Context, now time.Time, limit int) ([]orderstore.Restore, error)
-	PendingRestores(ctx context.Context, limit int) ([]orderstore.Restore, error)
+	PendingRestores(ctx context.Context, limit int, skip ...string) ([]orderstore.Restore, error)
 	RestoresDone(ctx context.Context, ids []string) error
 }
 
@@ -128,21 +128,43 @@ func (s *Service) Kick() {
 	}
 }
 
+// restorePage is how many owed restores RestoreOnce reads at a time.
+const restorePage = 500
+
 // RestoreOnce gives back in Redis the units of releases the database owes
 // it, and returns how many releases it completed. Each is applied once by
 // the gate however often this runs (a crash between the database change and
-// this is repaired by the next run).
+// this is repaired by the next run). Restores of a SKU Redis does not hold
+// now (being rebuilt) wait; the next page is read past that SKU, so however
+// many of them are owed they never hold up the other SKUs'.
 func (s *Service) RestoreOnce(ctx context.Context) (int, error) {
-	rs, err := s.store.PendingRestores(ctx, 500)
-	if err != nil || len(rs) == 0 {
-		return 0, err
+	var skip []string
+	total := 0
+	for {
+		rs, err := s.store.PendingRestores(ctx, restorePage, skip...)
+		if err != nil || len(rs) == 0 {
+			return total, err
+		}
+		n, waiting, err := s.restore(ctx, rs)
+		total += n
+		skip = append(skip, waiting...)
+		// A full page whose SKUs all completed: the caller comes back for
+		// the next one (RunRestorer does at once).
+		if err != nil || len(rs) < restorePage || len(waiting) == 0 {
+			return total, err
+		}
 	}
+}
+
+// restore applies one page of owed restores and returns how many it
+// completed and the SKUs whose restores must wait.
+func (s *Service) restore(ctx context.Context, rs []orderstore.Restore) (int, []string, error) {
 	failpoint.Inject(failpoint.ReleaseAfterStatusBeforeRestock)
 	bySKU := map[string][]orderstore.Restore{}
 	for _, r := range rs {
 		bySKU[r.SKU] = append(bySKU[r.SKU], r)
 	}
-	var done []string
+	var done, waiting []string
 	var errs []error
 	for sku, list := range bySKU {
 		rel := make([]stockgate.Release, len(list))
@@ -157,6 +179,7 @@ func (s *Service) RestoreOnce(ctx context.Context) (int, error) {
 		case errors.Is(err, sale.ErrNotWarmed):
 			// Redis lost the sale: the rebuild counts these from the
 			// database and marks them; they complete on a later run.
+			waiting = append(waiting, sku)
 			continue
 		default:
 			errs = append(errs, fmt.Errorf("%s: %w", sku, err))
@@ -172,7 +195,7 @@ func (s *Service) RestoreOnce(ctx context.Context) (int, error) {
 	if err := s.store.RestoresDone(ctx, done); err != nil {
 		errs = append(errs, err)
 	}
-	return len(done), errors.Join(errs...)
+	return len(done), waiting, errors.Join(errs...)
 }
 
 // RunRestorer restores every period, and at once when kicked, until ctx ends.
@@ -191,7 +214,7 @@ func (s *Service) RunRestorer(ctx context.Context, period time.Duration) {
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("release: restoring units in redis", "err", err)
 			}
-			if n < 500 || err != nil {
+			if n < restorePage || err != nil {
 				break
 			}
 		}

@@ -1,9 +1,14 @@
 -- adjust.lua: change a loaded SKU's available units by a delta (admin restock
 -- or reduction) and its sale settings. A reduction never takes units that are
 -- already reserved: it is refused when fewer than -delta are available.
--- KEYS[1] meta
+-- KEYS[1] meta  KEYS[2] the SKU's change lock (see Gate.LockSKU)
 -- ARGV[1] delta  ARGV[2] limit  ARGV[3] starts ms  ARGV[4] ends ms
--- Returns {1, avail} done, {0, avail} refused, {-2} not loaded.
+-- ARGV[5] the change lock's token the caller holds ('' : no lock checked)
+-- Returns {1, avail} done, {0, avail} refused, {-2} not loaded, {-5} the
+-- caller's lock expired or was taken over (nothing written).
+if ARGV[5] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[5] then
+  return {-5}
+end
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return {-2}
 end

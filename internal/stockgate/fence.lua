@@ -4,4 +4,5 @@
 -- KEYS[1] meta
 -- Returns 1.
 redis.call('HDEL', KEYS[1], 'epoch', 'avail', 'debt')
+redis.call('HINCRBY', KEYS[1], 'moves', 1)
 return 1

@@ -5,12 +5,13 @@
 // Keys of one SKU share the hash tag {sku_id}, so every script touches one
 // Redis Cluster slot:
 //
-//	<prefix>:{sku}:meta    hash  avail, limit, starts, ends, reserved, epoch
+//	<prefix>:{sku}:meta    hash  avail, debt, limit, starts, ends, reserved, moves, epoch
 //	<prefix>:{sku}:buyers  hash  user -> units held
 //	<prefix>:{sku}:res     hash  order_id -> reservation JSON (in flight)
 //	<prefix>:{sku}:outbox  zset  order_id by accepted ms (not yet in the stream)
 //	<prefix>:{sku}:idem    hash  user NUL Idempotency-Key -> order_id
 //	<prefix>:{sku}:rel     set   order ids whose release was restored here
+//	<prefix>:{sku}:lock    string the token of the instance changing the SKU (LockSKU)
 //	<prefix>:skus          set   SKUs loaded (scanned by the relay)
 package stockgate
 
@@ -90,12 +91,13 @@ func New(c rueidis.Client, prefix string) *Gate {
 }
 
 // Keys names the Redis keys of one SKU.
-type Keys struct{ Meta, Buyers, Res, Outbox, Idem, Rel string }
+type Keys struct{ Meta, Buyers, Res, Outbox, Idem, Rel, Lock string }
 
 // KeysOf returns the keys of sku.
 func (g *Gate) KeysOf(sku string) Keys {
 	base := g.prefix + ":{" + sku + "}:"
-	return Keys{Meta: base + "meta", Buyers: base + "buyers", Res: base + "res", Outbox: base + "outbox", Idem: base + "idem", Rel: base + "rel"}
+	return Keys{Meta: base + "meta", Buyers: base + "buyers", Res: base + "res", Outbox: base + "outbox", Idem: base + "idem", Rel: base + "rel",
+		Lock: base + "lock"}
 }
 
 func (g *Gate) registry() string { return g.prefix + ":skus" }
@@ -314,6 +316,11 @@ func (g *Gate) Finalize(ctx context.Context, sku string, outcomes []Outcome) (un
 type Config struct {
 	PerUserLimit     int64
 	StartsAt, EndsAt time.Time
+	// Lock is the token of the SKU's change lock (LockSKU) the caller
+	// holds, or "" for none. Seed, Resync and Adjust given a token write
+	// only while that token still holds the lock (fencing): a holder whose
+	// lock expired gets ErrLockLost and changes nothing.
+	Lock string
 }
 
 // ConfigOf returns the gate configuration of s.
@@ -338,7 +345,7 @@ func ms(t time.Time) string {
 func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []Release, idem map[string]string, epoch string) (bool, error) {
 	k := g.KeysOf(sku)
 	args := []string{strconv.FormatInt(available, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), epoch,
-		strconv.Itoa(len(holdings)), strconv.Itoa(len(released)), strconv.Itoa(len(idem))}
+		strconv.Itoa(len(holdings)), strconv.Itoa(len(released)), strconv.Itoa(len(idem)), cfg.Lock}
 	for u, n := range holdings {
 		args = append(args, u, strconv.FormatInt(n, 10))
 	}
@@ -355,9 +362,12 @@ func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64
 		}
 		args = append(args, r.OrderID, string(b))
 	}
-	n, err := g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Rel, k.Idem}, args).AsInt64()
+	n, err := g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Rel, k.Idem, k.Lock}, args).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stockgate: seed: %w", err)
+	}
+	if n == -5 {
+		return false, ErrLockLost
 	}
 	if n == 1 {
 		if err := g.Register(ctx, sku); err != nil {
@@ -388,7 +398,11 @@ type InFlight struct {
 	Available int64
 	// Debt is that debt: reservations already admitted that the database
 	// will refuse; their give-back pays it off instead of re-selling.
-	Debt         int64
+	Debt int64
+	// Moves is the SKU's move counter at the time of the read: bumped by
+	// every change of the available units or the debt other than a
+	// reservation (those are counted by Reserved).
+	Moves        int64
 	Reservations []sale.Reservation
 }
 
@@ -419,6 +433,9 @@ func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
 		f.Epoch, _ = vals[4].ToString()
 	}
 	f.Debt, _ = vals[5].AsInt64()
+	if len(vals) > 6 {
+		f.Moves, _ = vals[6].AsInt64()
+	}
 	kv, err := vals[3].AsStrSlice()
 	if err != nil {
 		return InFlight{}, fmt.Errorf("stockgate: read in-flight: %w", err)
@@ -446,7 +463,8 @@ func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
 func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, dbStock int64, processed map[string]bool, released []Release) (int64, error) {
 	var pending int64
 	args := []string{strconv.FormatInt(dbStock, 10), strconv.FormatInt(f.Reserved, 10), "",
-		strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), "", f.Epoch}
+		strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), "", f.Epoch,
+		strconv.FormatInt(f.Moves, 10), cfg.Lock}
 	nproc := 0
 	for _, r := range f.Reservations {
 		refused, done := processed[r.OrderID]
@@ -466,7 +484,7 @@ func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, d
 		args = append(args, r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10))
 	}
 	k := g.KeysOf(sku)
-	vals, err := g.resync.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Rel, k.Idem}, args).AsIntSlice()
+	vals, err := g.resync.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Rel, k.Idem, k.Lock}, args).AsIntSlice()
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: resync: %w", err)
 	}
@@ -475,6 +493,10 @@ func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, d
 		return 0, sale.ErrNotWarmed
 	case -3:
 		return 0, ErrReseeded
+	case -4:
+		return 0, ErrMoved
+	case -5:
+		return 0, ErrLockLost
 	}
 	return vals[0] - vals[1], nil // available net of debt
 }
@@ -484,19 +506,33 @@ func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, d
 // again and retry.
 var ErrReseeded = errors.New("stockgate: sku re-seeded since the in-flight read")
 
+// ErrMoved is returned by Resync when units moved in Redis since the
+// in-flight read it was given (a refusal or release given back, a debit of
+// a fallback sale or of an outside decrement, an admin change): the
+// database snapshot may not include the move, or include it twice. Nothing
+// was written: read again and retry.
+var ErrMoved = errors.New("stockgate: units moved since the in-flight read")
+
+// ErrLockLost is returned by Seed, Resync and Adjust when the change lock
+// token the caller passed no longer holds the SKU's lock (it expired, or
+// another instance took it over): nothing was written.
+var ErrLockLost = errors.New("stockgate: the sku's change lock is no longer held")
+
 // Adjust changes a loaded SKU's available units by delta and sets its
 // configuration. A reduction larger than the units available is refused with
 // sale.ErrStockConflict (units already reserved are never taken back);
 // sale.ErrNotWarmed when the SKU is not loaded.
 func (g *Gate) Adjust(ctx context.Context, sku string, cfg Config, delta int64) (int64, error) {
 	k := g.KeysOf(sku)
-	vals, err := g.adjust.Exec(ctx, g.c, []string{k.Meta},
-		[]string{strconv.FormatInt(delta, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt)},
+	vals, err := g.adjust.Exec(ctx, g.c, []string{k.Meta, k.Lock},
+		[]string{strconv.FormatInt(delta, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), cfg.Lock},
 	).AsIntSlice()
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: adjust: %w", err)
 	}
 	switch vals[0] {
+	case -5:
+		return 0, ErrLockLost
 	case -2:
 		return 0, sale.ErrNotWarmed
 	case 0:
@@ -656,13 +692,17 @@ type Release struct {
 // Restore gives released orders' units and buyer slots back, once per order
 // id however often it is called. It returns the units given back now, or
 // sale.ErrNotWarmed when the SKU is not loaded (a rebuild then counts the
-// releases from the database; call again after it).
+// releases from the database; call again after it). A release with no order
+// id or zero units fails the whole call with sale.ErrInvalid, nothing written.
 func (g *Gate) Restore(ctx context.Context, sku string, rs []Release) (int64, error) {
 	if len(rs) == 0 {
 		return 0, nil
 	}
 	args := make([]string, 0, 3*len(rs))
 	for _, r := range rs {
+		if r.OrderID == "" || r.Quantity == 0 {
+			return 0, fmt.Errorf("%w: restore of order %q with %d units", sale.ErrInvalid, r.OrderID, r.Quantity)
+		}
 		args = append(args, r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10))
 	}
 	k := g.KeysOf(sku)
@@ -675,3 +715,22 @@ func (g *Gate) Restore(ctx context.Context, sku string, rs []Release) (int64, er
 	}
 	return vals[1], nil
 }
+
+// ClaimPrefix records owner as the deployment this Redis prefix belongs to
+// (<prefix>:owner, set once: SET NX) and returns the owner recorded now:
+// owner itself, or another deployment's that claimed it first. A prefix
+// whose keys were lost (a Redis that restarted empty) is claimed again by
+// the first instance to ask.
+func (g *Gate) ClaimPrefix(ctx context.Context, owner string) (string, error) {
+	prev, err := g.c.Do(ctx, g.c.B().Set().Key(g.prefix+":owner").Value(owner).Nx().Get().Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return owner, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("stockgate: claim prefix: %w", err)
+	}
+	return prev, nil
+}
+
+// Prefix returns the prefix of the gate's keys.
+func (g *Gate) Prefix() string { return g.prefix }

@@ -488,3 +488,72 @@ func TestLateRetryAfterClose(t *testing.T) {
 		t.Fatalf("ivan holds %d", h)
 	}
 }
+
+// TestResyncRefusedAfterMove: units taken in Redis between a resync's
+// in-flight read and its write (a fallback sale's debit applied by the
+// restorer, here) may be missing from its database snapshot: the write is
+// refused (nothing changed) and a fresh read-snapshot-write applies.
+func TestResyncRefusedAfterMove(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	cfg := stockgate.Config{PerUserLimit: 5}
+	seed(t, g, "s", 10, 5)
+	f, err := g.ReadInFlight(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The snapshot the resync took saw 10 units; then the database fallback
+	// sold 3 and the restorer took them from Redis.
+	if _, err := g.Restore(ctx, "s", []stockgate.Release{{OrderID: "sale-1", Quantity: -3}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Resync(ctx, "s", cfg, f, 10, nil, nil); !errors.Is(err, stockgate.ErrMoved) {
+		t.Fatalf("resync after a move: %v, want ErrMoved", err)
+	}
+	if got := avail(t, g, "s"); got != 7 {
+		t.Fatalf("available %d after the refused resync, want 7", got)
+	}
+	f, _ = g.ReadInFlight(ctx, "s")
+	if n, err := g.Resync(ctx, "s", cfg, f, 7, nil, nil); err != nil || n != 7 {
+		t.Fatalf("fresh resync: %d %v", n, err)
+	}
+}
+
+// TestChangeLockFences: Seed, Resync and Adjust given a lock token write
+// only while it holds the SKU's change lock.
+func TestChangeLockFences(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	seed(t, g, "s", 10, 5)
+	if ok, err := g.LockSKU(ctx, "s", "a", time.Minute); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if ok, _ := g.LockSKU(ctx, "s", "b", time.Minute); ok {
+		t.Fatal("a second holder took the lock")
+	}
+	if _, err := g.Adjust(ctx, "s", stockgate.Config{PerUserLimit: 5, Lock: "b"}, 5); !errors.Is(err, stockgate.ErrLockLost) {
+		t.Fatalf("adjust without the lock: %v", err)
+	}
+	f, _ := g.ReadInFlight(ctx, "s")
+	if _, err := g.Resync(ctx, "s", stockgate.Config{PerUserLimit: 5, Lock: "b"}, f, 99, nil, nil); !errors.Is(err, stockgate.ErrLockLost) {
+		t.Fatalf("resync without the lock: %v", err)
+	}
+	if _, err := g.Adjust(ctx, "s", stockgate.Config{PerUserLimit: 5, Lock: "a"}, 5); err != nil {
+		t.Fatalf("adjust with the lock: %v", err)
+	}
+	if err := g.UnlockSKU(ctx, "s", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := g.LockSKU(ctx, "s", "b", time.Minute); ok {
+		t.Fatal("unlock by a non-holder released the lock")
+	}
+	if err := g.UnlockSKU(ctx, "s", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := g.LockSKU(ctx, "s", "b", time.Minute); !ok {
+		t.Fatal("the lock was not released")
+	}
+	if got := avail(t, g, "s"); got != 15 {
+		t.Fatalf("available %d, want 15", got)
+	}
+}

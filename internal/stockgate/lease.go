@@ -33,3 +33,25 @@ func (g *Gate) Acquire(ctx context.Context, name, owner string, ttl time.Duratio
 func (g *Gate) Release(ctx context.Context, name, owner string) error {
 	return releaseLua.Exec(ctx, g.c, []string{g.prefix + ":lease:" + name}, []string{owner}).Error()
 }
+
+// LockSKU takes sku's change lock for token for ttl: the lock that
+// serialises, across every instance sharing this Redis prefix, the changes
+// that read the database and then write the SKU's units in Redis (admin
+// stock changes, warm-ups, resyncs, rebuilds). It reports whether token
+// holds it now (false: another holder has it; try again later). The lock
+// lives under the SKU's hash tag, so Seed, Resync and Adjust check it in
+// the same script that writes (Config.Lock): a holder that stalled past ttl
+// is fenced off instead of writing over its successor. A holder that dies
+// leaves it to expire after ttl.
+func (g *Gate) LockSKU(ctx context.Context, sku, token string, ttl time.Duration) (bool, error) {
+	err := g.c.Do(ctx, g.c.B().Set().Key(g.KeysOf(sku).Lock).Value(token).Nx().Px(ttl).Build()).Error()
+	if rueidis.IsRedisNil(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// UnlockSKU gives sku's change lock up if token holds it.
+func (g *Gate) UnlockSKU(ctx context.Context, sku, token string) error {
+	return releaseLua.Exec(ctx, g.c, []string{g.KeysOf(sku).Lock}, []string{token}).Error()
+}

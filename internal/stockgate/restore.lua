@@ -11,6 +11,19 @@
 -- ARGV: triples (order_id, user, units)
 -- Returns {restored orders, units} or {-2} when the SKU is not loaded (a
 -- rebuild will count the release from the database: retry after it).
+-- Every argument is checked before the first write (a Lua error after a
+-- write keeps the write: a token spent on a refused call would make the
+-- corrected call a no-op): an empty order id, or units that are not a
+-- non-zero integer, fail the whole call with nothing written.
+if #ARGV % 3 ~= 0 then
+  return redis.error_reply('restore: arguments must be (order_id, user, units) triples')
+end
+for i = 1, #ARGV, 3 do
+  local qty = tonumber(ARGV[i + 2])
+  if ARGV[i] == '' or not qty or qty == 0 or qty ~= math.floor(qty) then
+    return redis.error_reply('restore: bad order id or units in triple ' .. ((i + 2) / 3))
+  end
+end
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return {-2, 0}
 end

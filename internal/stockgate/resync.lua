@@ -10,21 +10,38 @@
 -- never oversold); processed entries of R are closed here, and pending
 -- restores are marked done (their buyer slot given back), so that a late
 -- finalize or restore cannot give units back a second time.
+-- Any other change of avail or debt since the read (a refusal or release
+-- given back, a fallback sale's or an outside decrement's debit, an admin
+-- change: each bumps the moves counter, see debt.lua) may be missing from
+-- the snapshot or counted in it twice: the resync is refused and the caller
+-- reads again. Reservations need no such check: the reserved counter
+-- accounts for them (at worst undersold for a moment).
 -- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox  KEYS[5] rel  KEYS[6] idem
+-- KEYS[7] the SKU's change lock (see Gate.LockSKU)
 -- ARGV[1] S  ARGV[2] C1  ARGV[3] units of R not processed
 -- ARGV[4] limit  ARGV[5] starts ms  ARGV[6] ends ms  ARGV[7] number P of processed entries
--- then P pairs (order_id, 'a' applied | 'f' refused) for processed entries of R
--- then triples (order_id, user, units) of pending restores
 -- ARGV[8] epoch seen with R: if the SKU was re-seeded since (a lost Redis,
 --   a rebuild), R and C1 describe another life of it: refuse.
+-- ARGV[9] moves counter seen with R  ARGV[10] the change lock's token the
+--   caller holds ('' : no lock checked)
+-- then P pairs (order_id, 'a' applied | 'f' refused) for processed entries of R
+-- then triples (order_id, user, units) of pending restores
 -- Returns {avail, debt} (avail >= 0), {-2} if the SKU is not loaded, {-3} if it was re-seeded
--- since R was read (the caller reads again).
+-- since R was read, {-4} if units moved since R was read (the caller reads
+-- again for both), {-5} if the caller's lock expired or was taken over.
+-- Nothing is written unless it returns {avail, debt}.
+if ARGV[10] ~= '' and redis.call('GET', KEYS[7]) ~= ARGV[10] then
+  return {-5}
+end
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
   return {-2}
 end
 local cnow = tonumber(redis.call('HGET', KEYS[1], 'reserved')) or 0
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[8] or cnow < tonumber(ARGV[2]) then
   return {-3}
+end
+if (tonumber(redis.call('HGET', KEYS[1], 'moves')) or 0) ~= tonumber(ARGV[9]) then
+  return {-4}
 end
 local avail = tonumber(ARGV[1]) - tonumber(ARGV[3]) - (cnow - tonumber(ARGV[2]))
 -- Fewer units in the database than reservations in flight (a decrement made
@@ -36,7 +53,7 @@ local function release_slot(user, qty)
   local left = redis.call('HINCRBY', KEYS[2], user, -qty)
   if left <= 0 then redis.call('HDEL', KEYS[2], user) end
 end
-local i = 9
+local i = 11
 for _ = 1, tonumber(ARGV[7]) do
   local id, outcome = ARGV[i], ARGV[i + 1]
   local payload = redis.call('HGET', KEYS[3], id)
@@ -59,4 +76,5 @@ while i + 2 <= #ARGV do
 end
 -- avail and debt are computed from the database's truth.
 redis.call('HSET', KEYS[1], 'avail', avail, 'debt', debt, 'limit', ARGV[4], 'starts', ARGV[5], 'ends', ARGV[6])
+redis.call('HINCRBY', KEYS[1], 'moves', 1)
 return {avail, debt}

@@ -4,21 +4,27 @@
 -- The reserved counter survives (it only ever grows) so that a resync racing
 -- with the seed can never compute from a counter that went backwards.
 -- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] rel  KEYS[5] idem
+-- KEYS[6] the SKU's change lock (see Gate.LockSKU)
 -- ARGV[1] available (negative: fewer units in the database than are in flight;
 --   avail 0 and that many units of debt, see restore.lua)  ARGV[2] limit  ARGV[3] starts ms  ARGV[4] ends ms  ARGV[5] epoch
 -- ARGV[6] number of buyer pairs B   ARGV[7] number of released order ids L
 -- ARGV[8] number of idempotency pairs I
+-- ARGV[9] the change lock's token the caller holds ('' : no lock checked)
 -- then 2B values: pairs of (user, units held: live orders plus reservations in flight)
 -- then L values: order ids whose release the available count already includes
 --   (recorded in rel, so the pending Redis restore of each is not applied again)
 -- then 2I values: pairs of (user NUL Idempotency-Key, order id) of live orders
 -- then pairs of (order_id, reservation JSON) in flight, to (re)record in res
--- Returns 1 if seeded, 0 if it was already loaded.
+-- Returns 1 if seeded, 0 if it was already loaded, -5 if the caller's lock
+-- expired or was taken over (nothing written).
+if ARGV[9] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[9] then
+  return -5
+end
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 1 then
   return 0
 end
 local b, l, ik = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local i = 9
+local i = 10
 redis.call('DEL', KEYS[2])
 for _ = 1, b do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
@@ -37,6 +43,7 @@ while i < #ARGV do
   i = i + 2
 end
 redis.call('HSETNX', KEYS[1], 'reserved', 0)
+redis.call('HINCRBY', KEYS[1], 'moves', 1)
 local avail, debt = tonumber(ARGV[1]), 0
 if avail < 0 then debt, avail = -avail, 0 end
 redis.call('HSET', KEYS[1], 'avail', avail, 'debt', debt, 'limit', ARGV[2], 'starts', ARGV[3],
