@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -26,7 +27,8 @@ func (q *Queue) Missing(ctx context.Context) error {
 		switch {
 		case err == nil:
 		case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrConsumerNotFound),
-			errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+			errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+			errors.Is(err, nats.ErrNoResponders): // connected, and nothing serves the JetStream API
 			gone = append(gone, name)
 		case other == nil:
 			other = err
