@@ -22,11 +22,12 @@ var (
 	descStock        = prometheus.NewDesc("flashsale_stock_units", "Stock per SKU: store=redis is what the gate will still sell, store=db the database stock.", []string{"sku_id", "store"}, nil)
 	descInFlight     = prometheus.NewDesc("flashsale_in_flight_units", "Units reserved by the gate and not yet decided by the database, per SKU.", []string{"sku_id"}, nil)
 	descPool         = prometheus.NewDesc("flashsale_db_pool_connections", "Database pool connections by state (acquired, idle, total, max).", []string{"state"}, nil)
+	descOldest       = prometheus.NewDesc("flashsale_inflight_oldest_age_seconds", "Age of the oldest reservation in flight (accepted, not yet decided by the database), over every loaded SKU; 0 when none is.", nil, nil)
 	descPoolWaits    = prometheus.NewDesc("flashsale_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueuePending, descAckPending, descDeadLetters, descOutbox, descStock, descInFlight, descPool, descPoolWaits} {
+	for _, d := range []*prometheus.Desc{descQueuePending, descAckPending, descDeadLetters, descOutbox, descStock, descInFlight, descOldest, descPool, descPoolWaits} {
 		ch <- d
 	}
 }
@@ -44,6 +45,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
+	if age, ok := c.oldestInFlight(ctx, time.Now()); ok {
+		gauge(descOldest, age.Seconds())
+	}
 	v, _ := c.a.overview(ctx)
 	ov, ok := v.(overview)
 	if !ok {
@@ -70,4 +74,24 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descOutbox, float64(*s.Outbox), s.SKU)
 		}
 	}
+}
+
+// oldestInFlight returns the age of the oldest reservation in flight over
+// every loaded SKU: two first elements of sorted sets per SKU.
+func (c stateCollector) oldestInFlight(ctx context.Context, now time.Time) (time.Duration, bool) {
+	skus, err := c.a.gate.SKUs(ctx)
+	if err != nil {
+		return 0, false
+	}
+	var age time.Duration
+	for _, sku := range skus {
+		t, ok, err := c.a.gate.OldestInFlight(ctx, sku)
+		if err != nil {
+			return 0, false
+		}
+		if ok {
+			age = max(age, now.Sub(t))
+		}
+	}
+	return age, true
 }

@@ -27,6 +27,8 @@ type config struct {
 	KeyRetention    time.Duration
 	CatalogRefresh  time.Duration
 	RelayGrace      time.Duration
+	RepublishAfter  time.Duration
+	StreamRetention time.Duration
 	AckWait         time.Duration
 	MaxDeliver      int
 	ApplyBackoff    string
@@ -133,6 +135,8 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.KeyRetention, "key-retention", "FLASHSALE_KEY_RETENTION", 24*time.Hour, "how long after a sale ends its Redis keys are kept (never while work is in flight)")
 	e.dur(&c.CatalogRefresh, "catalog-refresh", "FLASHSALE_CATALOG_REFRESH", 2*time.Second, "how often the in-memory SKU catalog is reloaded from the database")
 	e.dur(&c.RelayGrace, "relay-grace", "FLASHSALE_RELAY_GRACE", 2*time.Second, "age of an outbox entry before the relay's sweeper re-publishes it")
+	e.dur(&c.RepublishAfter, "inflight-republish-after", "FLASHSALE_INFLIGHT_REPUBLISH_AFTER", 30*time.Second, "a reservation the stream acknowledged and still undecided this long after its acceptance is published again from Redis (the broker lost it); must exceed the normal drain time")
+	e.dur(&c.StreamRetention, "stream-retention", "FLASHSALE_STREAM_RETENTION", 72*time.Hour, "how long reservations every consumer acknowledged stay in the order stream (an unacknowledged one is never removed)")
 	e.dur(&c.AckWait, "ack-wait", "FLASHSALE_ACK_WAIT", 30*time.Second, "how long the broker waits for the consumer's ack before redelivering")
 	e.int(&c.MaxDeliver, "max-deliver", "FLASHSALE_MAX_DELIVER", 3, "deliveries of a failing message (database healthy) before it is dead-lettered")
 	e.str(&c.ApplyBackoff, "apply-backoff", "FLASHSALE_APPLY_BACKOFF", "1s,5s,15s", "redelivery delays after a failed apply, by attempt (the last repeats)")
@@ -186,6 +190,10 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, fmt.Errorf("sweep-every must be positive")
 	case c.ReconcileEvery <= 0:
 		return c, fmt.Errorf("reconcile-every must be positive")
+	case c.RepublishAfter < time.Second:
+		return c, fmt.Errorf("inflight-republish-after must be at least 1s")
+	case c.StreamRetention < time.Second:
+		return c, fmt.Errorf("stream-retention must be at least 1s")
 	case c.ReconcileLimit < 0:
 		return c, fmt.Errorf("reconcile-threshold must be 0 or more")
 	}

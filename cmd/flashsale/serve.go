@@ -139,7 +139,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
-	if a.queue, err = orderqueue.Open(octx, a.nc, orderqueue.Config{AckWait: cfg.AckWait}); err != nil {
+	if a.queue, err = orderqueue.Open(octx, a.nc, orderqueue.Config{AckWait: cfg.AckWait, MaxAge: cfg.StreamRetention}); err != nil {
 		return nil, err
 	}
 	if err = a.queue.EnsureEventStream(octx, orderqueue.Config{}); err != nil {
@@ -217,6 +217,10 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 			{Name: string(a.store.Dialect()), Critical: true, Check: a.store.Ping},
 			{Name: "redis", Critical: cfg.FallbackConc == 0, Check: a.gate.Ping},
 			{Name: "jetstream", Check: a.queue.Ping},
+			// The broker answers but lost the streams (restarted on an empty
+			// store): purchases would pile up in the outbox until they are
+			// re-created (every second, below).
+			{Name: "jetstream-streams", Critical: true, Check: a.queue.Ready},
 		},
 	})
 
@@ -228,6 +232,10 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff})
 	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
 	a.goRun(func() { a.relay.Run(wctx) })
+	a.goRun(func() { a.queue.RunEnsure(wctx, time.Second, log) })
+	a.goRun(func() { a.queue.RunRetention(wctx, retentionEvery(cfg.StreamRetention), log) })
+	republisher := relay.NewRepublisher(a.gate, a.queue, a.queue, log, relay.RepublishConfig{After: cfg.RepublishAfter})
+	a.goRun(func() { republisher.Run(wctx) })
 	a.goRun(func() {
 		cat.Run(wctx, cfg.CatalogRefresh, func(err error) { log.Warn("catalog refresh", "err", err) })
 	})
@@ -244,6 +252,11 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	timer := release.NewTimer(a.lifecycle, cfg.PaymentTimeout)
 	a.goRun(func() { timer.Run(wctx, a.queue.ExpiryConsumer()) })
 	return a, nil
+}
+
+// retentionEvery is the period of the order stream's retention pass.
+func retentionEvery(retention time.Duration) time.Duration {
+	return min(time.Minute, max(retention/2, 100*time.Millisecond))
 }
 
 // openStores connects to the database and Redis.

@@ -39,6 +39,9 @@ func EventType(status string) string {
 // EnsureEventStream creates or updates the event stream.
 func (q *Queue) EnsureEventStream(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
+	q.mu.Lock()
+	q.eventCfg = &cfg
+	q.mu.Unlock()
 	_, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       EventStream,
 		Subjects:   []string{EventSubjectPrefix + "*"},

@@ -7,6 +7,7 @@ package orderqueue
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,7 +29,10 @@ const (
 
 // Config tunes the stream and the consumer. Zero values take the defaults.
 type Config struct {
-	// MaxAge keeps applied messages for replay and audit (default 72h).
+	// MaxAge is how long acknowledged messages are kept for replay and audit
+	// (default 72h). On the order stream it is not the stream's MaxAge: a
+	// message no durable consumer acknowledged is never removed by age (see
+	// Retain). The event stream uses it as its MaxAge.
 	MaxAge time.Duration
 	// DuplicateWindow is the broker's Msg-Id de-duplication window (default 2m).
 	DuplicateWindow time.Duration
@@ -69,33 +73,54 @@ func (c Config) withDefaults() Config {
 // Queue is the stream and its consumer. Safe for concurrent use.
 type Queue struct {
 	js       jetstream.JetStream
+	cfg      Config
 	stream   jetstream.Stream
 	dlq      jetstream.Stream
 	consumer jetstream.Consumer
 	expiry   jetstream.Consumer
+
+	mu        sync.Mutex
+	eventCfg  *Config // set once the event stream is ensured
+	missing   error   // what the last Ensure found missing and could not re-create
+	recreated int     // times Ensure re-created something
 }
 
 // Open creates or updates the stream and the durable consumer on nc.
-// Several instances may call it at once.
+// Several instances may call it at once. The configuration is updated in
+// place, so a stream created by an older version (with a MaxAge) loses it.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	cfg = cfg.withDefaults()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
 	if err != nil {
 		return nil, err
 	}
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:       StreamName,
-		Subjects:   []string{SubjectPrefix + "*"},
-		Storage:    jetstream.FileStorage,
-		Retention:  jetstream.LimitsPolicy,
-		MaxAge:     cfg.MaxAge,
+	q := &Queue{js: js, cfg: cfg}
+	if err := q.create(ctx); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// create creates or updates the order and dead-letter streams and both
+// durable consumers. The handles stay valid across a re-creation (they
+// address the stream and consumers by name).
+func (q *Queue) create(ctx context.Context) error {
+	cfg := q.cfg
+	st, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:      StreamName,
+		Subjects:  []string{SubjectPrefix + "*"},
+		Storage:   jetstream.FileStorage,
+		Retention: jetstream.LimitsPolicy,
+		// No MaxAge: age would drop reservations nobody applied yet (a long
+		// database outage). Retain removes acknowledged messages instead.
+		MaxAge:     0,
 		Duplicates: cfg.DuplicateWindow,
 		Replicas:   cfg.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("orderqueue: stream: %w", err)
+		return fmt.Errorf("orderqueue: stream: %w", err)
 	}
-	dlq, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	dlq, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       DeadLetterStream,
 		Subjects:   []string{DeadLetterPrefix + "*"},
 		Storage:    jetstream.FileStorage,
@@ -104,7 +129,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 		Replicas:   cfg.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("orderqueue: dead-letter stream: %w", err)
+		return fmt.Errorf("orderqueue: dead-letter stream: %w", err)
 	}
 	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
@@ -115,7 +140,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 		FilterSubject: SubjectPrefix + "*",
 	})
 	if err != nil {
-		return nil, fmt.Errorf("orderqueue: consumer: %w", err)
+		return fmt.Errorf("orderqueue: consumer: %w", err)
 	}
 	exp, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       ExpiryConsumerName,
@@ -126,9 +151,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 		FilterSubject: SubjectPrefix + "*",
 	})
 	if err != nil {
-		return nil, fmt.Errorf("orderqueue: expiry consumer: %w", err)
+		return fmt.Errorf("orderqueue: expiry consumer: %w", err)
 	}
-	return &Queue{js: js, stream: st, dlq: dlq, consumer: cons, expiry: exp}, nil
+	if q.stream == nil {
+		q.stream, q.dlq, q.consumer, q.expiry = st, dlq, cons, exp
+	}
+	return nil
 }
 
 // Message is one reservation to publish.

@@ -3,6 +3,7 @@
 -- outcome; a second call finds no entry and does nothing.
 -- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox  KEYS[5] idem (closed ids are
 --   remembered there, so that a late retry of the same order id is not reserved again)
+-- KEYS[6] accepted  zset: the accepted index (see unqueue.lua); optional
 -- ARGV: pairs of (order_id, outcome) where outcome is
 --   'a' applied in the database: the units stay sold; forget the reservation
 --   'f' refused by the database: give the units (paying any debt first, see
@@ -30,5 +31,6 @@ for i = 1, #ARGV, 2 do
     redis.call('HSET', KEYS[5], '#' .. id, 1)
   end
   redis.call('ZREM', KEYS[4], id)
+  if KEYS[6] then redis.call('ZREM', KEYS[6], id) end
 end
 return {applied, units}

@@ -305,7 +305,7 @@ func (g *Gate) Finalize(ctx context.Context, sku string, outcomes []Outcome) (un
 		args = append(args, o.OrderID, flag)
 	}
 	k := g.KeysOf(sku)
-	vals, err := g.finalize.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem}, args).AsIntSlice()
+	vals, err := g.finalize.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, g.acceptedKey(sku)}, args).AsIntSlice()
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: finalize: %w", err)
 	}
@@ -614,14 +614,6 @@ func (g *Gate) OutboxLen(ctx context.Context, sku string) (int64, error) {
 	return g.c.Do(ctx, g.c.B().Zcard().Key(g.KeysOf(sku).Outbox).Build()).AsInt64()
 }
 
-// Unqueue removes outbox entries of sku once the stream has acknowledged them.
-func (g *Gate) Unqueue(ctx context.Context, sku string, ids ...string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	return g.c.Do(ctx, g.c.B().Zrem().Key(g.KeysOf(sku).Outbox).Member(ids...).Build()).Error()
-}
-
 // SKUs returns the SKUs loaded in Redis (the relay's work list).
 func (g *Gate) SKUs(ctx context.Context) ([]string, error) {
 	return g.c.Do(ctx, g.c.B().Smembers().Key(g.registry()).Build()).AsStrSlice()
@@ -642,7 +634,7 @@ func (g *Gate) Ping(ctx context.Context) error {
 // the keys were dropped. A sale without an end is never dropped.
 func (g *Gate) Expire(ctx context.Context, sku string, now time.Time, retention time.Duration) (bool, error) {
 	k := g.KeysOf(sku)
-	n, err := g.expire.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, k.Rel},
+	n, err := g.expire.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, k.Rel, g.acceptedKey(sku)},
 		[]string{strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(retention.Milliseconds(), 10)}).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stockgate: expire: %w", err)
