@@ -357,7 +357,7 @@ func redisLost(r *rig) {
 	s := r.start()
 	c := r.client(s)
 	r.putSKU(c, 300, 2)
-	wait := r.load(c, Load{Buyers: 600, Workers: 24, Rate: 250, TwoKeys: 7, DoubleClick: 5, Tries: 8, For: 25 * time.Second})
+	wait := r.load(c, Load{Buyers: 600, Workers: 24, Rate: 150, TwoKeys: 7, DoubleClick: 5, Tries: 8, For: 25 * time.Second})
 	time.Sleep(time.Second)
 	r.redis.Kill()
 	r.res.fired = true
