@@ -45,7 +45,7 @@ var scenarios = []scenario{
 }
 
 // shortSet is the default of FLASHSALE_CHAOS=short: the scenarios CI runs.
-const shortSet = "kill_before_relay,consumer_after_commit,redis_lost,pay_races_expiry"
+const shortSet = "kill_before_relay,consumer_after_commit,redis_lost,db_resets,pay_races_expiry"
 
 // result is one row of the table.
 type result struct {

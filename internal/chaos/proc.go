@@ -138,6 +138,10 @@ func (p *Proc) start() error {
 		}
 		startc <- started{pid: cmd.Process.Pid}
 		_ = cmd.Wait()
+		// The child is reaped: give the thread back rather than let the
+		// runtime end it, which would kill children other code forked
+		// from it without a locked thread.
+		runtime.UnlockOSThread()
 		close(done)
 	}()
 	st := <-startc
