@@ -526,7 +526,9 @@ func sharedPrefix(r *rig) {
 			r.t.Log(err)
 		}
 	} else if exited, out := b.ExitedWith(0); exited {
-		r.res.note = "second refused: " + strings.ReplaceAll(lastLine(out), "\n", " ")
+		r.res.note = "second refused: " + lastLine(out)
+	} else {
+		r.res.fail("prefix: the second deployment neither refused nor became ready within 20 s")
 	}
 	Drive(r.ctx, c, Load{SKU: r.sku, Buyers: 500, Workers: 16, Rate: 200, TwoKeys: 7, DoubleClick: 5, Tries: 8, For: 20 * time.Second}, r.hist)
 	r.finish(c, time.Now())

@@ -301,13 +301,18 @@ func Settle(ctx context.Context, c *Client, sku string, h *History, within time.
 	for _, a := range h.Attempts() {
 		last[uk{a.User, a.Key}] = a
 	}
-	left := 0
 	for k, a := range last {
-		if !retryable(Reply{Status: a.Status}) {
-			continue
+		if retryable(Reply{Status: a.Status}) {
+			buyKey(ctx, c, Load{SKU: sku, Tries: 20}, h, k.user, k.key)
 		}
-		buyKey(ctx, c, Load{SKU: sku, Tries: 20}, h, k.user, k.key)
-		if ctx.Err() != nil {
+	}
+	clear(last)
+	for _, a := range h.Attempts() {
+		last[uk{a.User, a.Key}] = a
+	}
+	left := 0
+	for _, a := range last {
+		if retryable(Reply{Status: a.Status}) {
 			left++
 		}
 	}
