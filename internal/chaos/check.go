@@ -194,7 +194,10 @@ func (c *Checker) Idle(ctx context.Context, sku string, h *History, within time.
 func DeadLetters(ctx context.Context, c *Client) (int, error) {
 	r := c.Do(ctx, http.MethodGet, "/admin/v1/dlq", "", "Authorization: Bearer "+c.Admin)
 	if r.Status != http.StatusOK {
-		return 0, fmt.Errorf("dlq: %d %s %v", r.Status, r.Raw, r.Err)
+		if r.Err != nil {
+			return 0, fmt.Errorf("dlq: %w", r.Err)
+		}
+		return 0, fmt.Errorf("dlq: %d %s", r.Status, strings.TrimSpace(r.Raw))
 	}
 	n, _ := r.Body["count"].(float64)
 	return int(n), nil
