@@ -54,6 +54,7 @@ type result struct {
 	violations                 []string
 	recovery                   time.Duration
 	fired                      bool
+	recovered                  bool // idle with every invariant holding within the bound
 	note                       string
 	mu                         sync.Mutex
 }
@@ -124,8 +125,12 @@ func TestChaos(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%-24s %8s %8s %7s %10s %10s  %s\n", "fault", "requests", "accepted", "orders", "violations", "recovery", "notes")
 	for _, res := range results {
+		rec := res.recovery.Round(100 * time.Millisecond).String()
+		if !res.recovered {
+			rec = "never"
+		}
 		fmt.Fprintf(&b, "%-24s %8d %8d %7d %10d %10s  %s\n", res.name, res.requests, res.accepted, res.orders,
-			len(res.violations), res.recovery.Round(100*time.Millisecond), res.note)
+			len(res.violations), rec, res.note)
 		for _, v := range res.violations {
 			fmt.Fprintf(&b, "%-24s   - %s\n", "", v)
 		}
@@ -244,6 +249,7 @@ func (r *rig) finish(c *Client, healed time.Time) {
 	}
 	_, _, viol := ck.Idle(r.ctx, r.sku, r.hist, 60*time.Second)
 	r.res.recovery = time.Since(healed)
+	r.res.recovered = len(viol) == 0
 	for _, v := range viol {
 		r.res.fail("%s", v)
 	}
