@@ -3,7 +3,8 @@
 # `make test` is the test command: it makes sure PostgreSQL, MariaDB and Redis
 # run (scripts/ensure-services.sh), then runs every test with the race
 # detector twice: on PostgreSQL, then on MariaDB (FLASHSALE_TEST_DIALECT),
-# failing (not skipping) tests whose service is missing.
+# failing (not skipping) tests whose service is missing, and then the fault
+# suite's CHAOS_SHORT scenarios on each database (docs/faults.md).
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -24,7 +25,7 @@ help: ## List the targets
 build: ## Build bin/flashsale
 	$(GO) build -o bin/flashsale ./cmd/flashsale
 
-test: ## Ensure services and tools, check the alert rules, then run all tests with -race on PostgreSQL and on MariaDB (missing services fail)
+test: ## Ensure services and tools, check the alert rules, then run all tests with -race on PostgreSQL and on MariaDB (missing services fail), then the CHAOS_SHORT fault scenarios
 	scripts/ensure-services.sh
 	$(MAKE) alerts
 	$(MAKE) test-postgres
