@@ -3,14 +3,21 @@
 # `make test` is the test command: it makes sure PostgreSQL, MariaDB and Redis
 # run (scripts/ensure-services.sh), then runs every test with the race
 # detector twice: on PostgreSQL, then on MariaDB (FLASHSALE_TEST_DIALECT),
-# failing (not skipping) tests whose service is missing.
+# failing (not skipping) tests whose service is missing, and then the fault
+# suite's CHAOS_SHORT scenarios on each database (docs/faults.md).
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        ?= ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-postgres test-mysql test-short vet lint alerts bench run ci
+.PHONY: help build test test-postgres test-mysql test-short test-chaos-short chaos vet lint alerts bench run ci
+
+# CHAOS_SHORT names the fault-suite scenarios `make test` runs on each
+# database (docs/faults.md): a comma list, `short` for the short set, empty
+# for none. CHAOS names those `make chaos` runs (default every one).
+CHAOS_SHORT ?= kill_before_relay,consumer_after_commit,redis_lost
+CHAOS       ?= all
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,17 +25,31 @@ help: ## List the targets
 build: ## Build bin/flashsale
 	$(GO) build -o bin/flashsale ./cmd/flashsale
 
-test: ## Ensure services and tools, check the alert rules, then run all tests with -race on PostgreSQL and on MariaDB (missing services fail)
+test: ## Ensure services and tools, check the alert rules, then run all tests with -race on PostgreSQL and on MariaDB (missing services fail), then the CHAOS_SHORT fault scenarios
 	scripts/ensure-services.sh
 	$(MAKE) alerts
 	$(MAKE) test-postgres
 	$(MAKE) test-mysql
+	$(MAKE) test-chaos-short
 
 test-postgres: ## All tests with -race, the database being PostgreSQL
 	FLASHSALE_TEST_DIALECT=postgres FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 test-mysql: ## All tests with -race, the database being MariaDB/MySQL (FLASHSALE_TEST_MYSQL_URL)
 	FLASHSALE_TEST_DIALECT=mysql FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-chaos-short: ## The fault suite's CHAOS_SHORT scenarios (empty: none) on PostgreSQL, then MariaDB
+	@if [ -z "$(CHAOS_SHORT)" ]; then echo "CHAOS_SHORT is empty: no fault scenarios"; exit 0; fi; \
+	for d in postgres mysql; do \
+		FLASHSALE_CHAOS="$(CHAOS_SHORT)" FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
+			$(GO) test -count=1 -v -timeout 15m -run '^TestChaos$$' ./internal/chaos || exit 1; \
+	done
+
+chaos: ## The whole fault suite (CHAOS: scenario names), one table row per fault, on PostgreSQL then MariaDB (about 10 min each)
+	@status=0; for d in postgres mysql; do \
+		FLASHSALE_CHAOS="$(CHAOS)" FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
+			$(GO) test -count=1 -v -timeout 40m -run '^TestChaos$$' ./internal/chaos || status=1; \
+	done; exit $$status
 
 test-short: ## Quick tests (-short); tests whose service is missing skip
 	env -u FLASHSALE_TEST_REQUIRE_SERVICES $(GO) test -short $(PKGS)

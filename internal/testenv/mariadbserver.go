@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -138,13 +139,26 @@ func (s *MariaDBServer) start() error {
 		"--innodb-flush-log-at-trx-commit=2", "--skip-name-resolve")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = parentDeathSignal()
-	if err := cmd.Start(); err != nil {
+	// See RedisServer.start: Pdeathsig fires when the forking thread exits
+	// (and the runtime ends a thread whose locked goroutine returns), so the
+	// fork happens on a locked thread kept until the child is reaped.
+	startc := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			startc <- err
+			return
+		}
+		startc <- nil
+		_ = cmd.Wait()
+		close(done)
+	}()
+	if err := <-startc; err != nil {
 		return err
 	}
 	s.proc = cmd.Process
-	done := make(chan struct{})
 	s.done = done
-	go func() { _ = cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if err := s.ping(); err == nil {
