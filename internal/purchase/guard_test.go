@@ -76,7 +76,9 @@ func TestGuardOpensDespiteAFullWindow(t *testing.T) {
 	obs := &states{}
 	g := newGuard(BreakerConfig{}, directNone{}, rebuildNothing, slog.New(slog.NewTextHandler(io.Discard, nil)), obs)
 	ok := func(context.Context) (stockgate.ReserveResult, error) { return stockgate.ReserveResult{}, nil }
-	soldOut := func(context.Context) (stockgate.ReserveResult, error) { return stockgate.ReserveResult{}, sale.ErrSoldOut }
+	soldOut := func(context.Context) (stockgate.ReserveResult, error) {
+		return stockgate.ReserveResult{}, sale.ErrSoldOut
+	}
 	down := func(context.Context) (stockgate.ReserveResult, error) {
 		return stockgate.ReserveResult{}, errors.New("dial tcp: connection refused")
 	}
