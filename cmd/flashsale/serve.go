@@ -169,6 +169,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.buy = purchase.New(deps, purchase.BreakerConfig{
 		Window: cfg.BreakerWindow, FailureRatio: cfg.BreakerRatio, MinRequests: uint32(cfg.BreakerMinReqs),
 		OpenFor: cfg.BreakerOpenFor, FallbackConcurrency: cfg.FallbackConc, Disabled: cfg.FallbackConc == 0,
+		CallTimeout: cfg.RedisTimeout,
 	})
 	if _, err = subscribeNotices(a.nc, a.buy, log); err != nil {
 		return nil, fmt.Errorf("nats: catalog notices: %w", err)

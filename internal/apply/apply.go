@@ -5,12 +5,23 @@
 //   - committed (applied or refused by the database) -> the gate closes the
 //     reservation (refused ones give their units back) -> ack;
 //   - malformed (cannot be decoded or validated) -> dead letter at once;
-//   - the database is down (it does not answer a ping) -> nak with a growing
-//     delay, however many deliveries: an outage never dead-letters anything;
-//   - the database answers but this message fails -> the batch is split and
-//     each message applied alone; one that still fails is nak'ed with a
-//     growing delay, and dead-lettered at MaxDeliver deliveries. Its stock
+//   - a transient failure (orderstore.IsTransient: a connection error, a
+//     timeout, a serialization failure, a deadlock, a lock timeout), or the
+//     database not answering a ping -> nak with a growing delay, however many
+//     deliveries: a flaky network or an outage never dead-letters anything;
+//   - any other failure -> the batch is split and each message applied alone;
+//     a message that fails alone with a non-transient error has failed
+//     deterministically once. It is nak'ed with a growing delay, and
+//     dead-lettered at its MaxDeliver-th deterministic failure. Its stock
 //     stays reserved until an operator replays or discards it.
+//
+// JetStream's delivery count grows with every nak, transient or not, so it
+// cannot decide the dead letter. Each consumer process counts deterministic
+// failures per order id in memory instead (dropped once the message is acked
+// or dead-lettered, or after a day without news). The limits of that choice:
+// a restart forgets the counts, and with several instances each counts its
+// own, so a message that always fails may be tried up to MaxDeliver times per
+// process life before it is dead-lettered; never fewer than MaxDeliver times.
 //
 // A redelivery finds the idempotency row if the commit had happened, so
 // nothing is applied twice.
@@ -22,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -61,8 +73,9 @@ type Config struct {
 	// Backoff lists the delays of redeliveries after a failure, by attempt
 	// (default 1s, 5s, 15s; the last repeats).
 	Backoff []time.Duration
-	// MaxDeliver is the number of deliveries after which a message that
-	// fails while the database is healthy is dead-lettered (default 3).
+	// MaxDeliver is the number of deterministic failures (see the package
+	// doc) after which a message is dead-lettered (default 3). Transient
+	// failures do not count.
 	MaxDeliver int
 }
 
@@ -102,11 +115,23 @@ type Consumer struct {
 	log   *slog.Logger
 	cfg   Config
 	obs   Observer
+
+	mu    sync.Mutex
+	fails map[string]failures // by order id: deterministic failures so far
 }
+
+// failures counts the deterministic failures of one message.
+type failures struct {
+	n    int
+	last time.Time
+}
+
+// forgetAfter is how long a message's failure count is kept without news.
+const forgetAfter = 24 * time.Hour
 
 // New returns a consumer.
 func New(store Store, gate Closer, dead DeadLetters, log *slog.Logger, obs Observer, cfg Config) *Consumer {
-	return &Consumer{store: store, gate: gate, dead: dead, log: log, obs: obs, cfg: cfg.withDefaults()}
+	return &Consumer{store: store, gate: gate, dead: dead, log: log, obs: obs, cfg: cfg.withDefaults(), fails: map[string]failures{}}
 }
 
 // Run consumes from cons with the configured number of workers until ctx is done.
@@ -194,19 +219,32 @@ func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
 	if err == nil {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	down := c.store.Ping(pctx) != nil
-	cancel()
-	if down || len(rs) == 1 || ctx.Err() != nil {
-		c.retry(ctx, good, rs, err, down)
+	if c.transient(ctx, err) {
+		c.retry(ctx, good, rs, err, false)
 		return
 	}
-	// The database answers: find the message(s) that fail by applying each alone.
+	if len(rs) == 1 {
+		c.retry(ctx, good, rs, err, true)
+		return
+	}
+	// Not the database's fault: find the message(s) that fail by applying each alone.
 	for i := range rs {
 		if err := c.apply(ctx, rs[i:i+1], good[i:i+1]); err != nil {
-			c.retry(ctx, good[i:i+1], rs[i:i+1], err, false)
+			c.retry(ctx, good[i:i+1], rs[i:i+1], err, !c.transient(ctx, err))
 		}
 	}
+}
+
+// transient reports whether err says nothing about the messages: the error
+// itself is transient, the consumer is stopping, or the database does not
+// answer (an outage whose errors the classifier does not know).
+func (c *Consumer) transient(ctx context.Context, err error) bool {
+	if orderstore.IsTransient(err) || ctx.Err() != nil {
+		return true
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return c.store.Ping(pctx) != nil
 }
 
 // apply runs one transaction for rs, closes the reservations in the gate and
@@ -250,10 +288,11 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 			// Committed, but Redis not yet closed: the redelivery is a
 			// duplicate in the database and closes it then. Redis being
 			// down is not the message's fault: never dead-letter for it.
-			c.retry(ctx, msgs[i:i+1], rs[i:i+1], err, true)
+			c.retry(ctx, msgs[i:i+1], rs[i:i+1], err, false)
 			ferr = err
 			continue
 		}
+		c.settled(rs[i].OrderID)
 		if err := m.Ack(); err != nil {
 			c.log.Warn("consumer: ack", "order_id", rs[i].OrderID, "err", err)
 		}
@@ -262,25 +301,53 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 	return nil
 }
 
-// retry naks msgs with a delay growing with their delivery count, or, when
-// the failure is the message's own (not an outage) and it has been delivered
-// MaxDeliver times, moves it to the dead letters.
-func (c *Consumer) retry(ctx context.Context, msgs []jetstream.Msg, rs []sale.Reservation, cause error, outage bool) {
+// retry naks msgs with a delay growing with their delivery count. A
+// deterministic failure (the message's own, not the database's) is counted;
+// at the MaxDeliver-th the message moves to the dead letters instead.
+func (c *Consumer) retry(ctx context.Context, msgs []jetstream.Msg, rs []sale.Reservation, cause error, deterministic bool) {
 	for i, m := range msgs {
 		n := 1
 		if md, err := m.Metadata(); err == nil {
 			n = int(md.NumDelivered)
 		}
-		if !outage && n >= c.cfg.MaxDeliver {
-			c.deadLetter(ctx, m, rs[i], fmt.Sprintf("apply failed %d times: %v", n, cause))
-			continue
+		if deterministic {
+			if f := c.failed(rs[i].OrderID); f >= c.cfg.MaxDeliver {
+				c.deadLetter(ctx, m, rs[i], fmt.Sprintf("apply failed %d times: %v", f, cause))
+				continue
+			}
 		}
 		d := c.cfg.Backoff[min(n, len(c.cfg.Backoff))-1]
 		if err := m.NakWithDelay(d); err != nil {
 			c.log.Warn("consumer: nak", "err", err)
 		}
 	}
-	c.log.Warn("consumer: will retry", "messages", len(msgs), "outage", outage, "err", cause)
+	c.log.Warn("consumer: will retry", "messages", len(msgs), "deterministic", deterministic, "err", cause)
+}
+
+// failed counts one more deterministic failure of the order and returns the count.
+func (c *Consumer) failed(orderID string) int {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.fails) >= 10_000 {
+		for id, f := range c.fails {
+			if now.Sub(f.last) > forgetAfter {
+				delete(c.fails, id)
+			}
+		}
+	}
+	f := c.fails[orderID]
+	f.n++
+	f.last = now
+	c.fails[orderID] = f
+	return f.n
+}
+
+// settled forgets the failures of orders acked or dead-lettered.
+func (c *Consumer) settled(orderID string) {
+	c.mu.Lock()
+	delete(c.fails, orderID)
+	c.mu.Unlock()
 }
 
 // deadLetter copies m to the dead letters, then terminates it. If the copy
@@ -291,6 +358,7 @@ func (c *Consumer) deadLetter(ctx context.Context, m jetstream.Msg, r sale.Reser
 		_ = m.NakWithDelay(c.cfg.Backoff[len(c.cfg.Backoff)-1])
 		return
 	}
+	c.settled(r.OrderID)
 	if err := m.TermWithReason(truncate(reason, 200)); err != nil {
 		c.log.Warn("consumer: term", "order_id", r.OrderID, "err", err)
 	}

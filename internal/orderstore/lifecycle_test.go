@@ -128,6 +128,44 @@ func TestExpireNeverEarly(t *testing.T) {
 	}
 }
 
+// TestPayAfterDeadline: a pay at or after expires_at is refused with
+// sale.ErrOrderExpired even though the timer has not released the order
+// yet; the order stays pending_payment, holding its stock, until the normal
+// expiry releases it; a pay just before the deadline succeeds.
+func TestPayAfterDeadline(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKU(t, s, "PD", 10)
+	late, onTime := newResv("PD", "ann", 1), newResv("PD", "bob", 1)
+	applyOne(t, s, late)
+	applyOne(t, s, onTime)
+	o, err := s.Order(ctx, late.OrderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []time.Time{*o.ExpiresAt, o.ExpiresAt.Add(time.Second)} {
+		if _, _, err := s.Pay(ctx, late.OrderID, "ann", "ref-late", at); !errors.Is(err, sale.ErrOrderExpired) {
+			t.Fatalf("pay at %v, deadline %v: %v, want ErrOrderExpired", at, *o.ExpiresAt, err)
+		}
+	}
+	if cur, _ := s.Order(ctx, late.OrderID); cur.Status != sale.StatusPendingPayment || cur.PaidAt != nil {
+		t.Fatalf("after a refused late pay: %+v", cur)
+	}
+	if _, released, err := s.Expire(ctx, late.OrderID, o.ExpiresAt.Add(time.Second)); err != nil || !released {
+		t.Fatalf("expiry after a refused pay: %v %v", released, err)
+	}
+	if _, _, err := s.Pay(ctx, late.OrderID, "ann", "ref-late", o.ExpiresAt.Add(time.Second)); !errors.Is(err, sale.ErrOrderExpired) {
+		t.Fatalf("pay of the expired order: %v", err)
+	}
+	b, _ := s.Order(ctx, onTime.OrderID)
+	if p, _, err := s.Pay(ctx, onTime.OrderID, "bob", "ref-ok", b.ExpiresAt.Add(-time.Millisecond)); err != nil || p.Status != sale.StatusPaid {
+		t.Fatalf("pay a millisecond before the deadline: %+v %v", p, err)
+	}
+	if l := checkInvariants(t, s, "PD"); l.Stock != 9 || l.Live != 1 {
+		t.Fatalf("ledger %+v", l)
+	}
+}
+
 // TestPayRacesExpiry: payment and expiry of the same orders at the same
 // moment, from several goroutines: each order ends paid or cancelled, never
 // both; stock comes back once per cancelled order.
@@ -144,13 +182,14 @@ func TestPayRacesExpiry(t *testing.T) {
 		t.Fatal(out, err)
 	}
 	due := time.UnixMilli(rs[0].AcceptedAt).Add(16 * time.Minute)
+	payAt := due.Add(-2 * time.Minute) // before the deadline: a later pay is refused outright
 	var paid, expired atomic.Int64
 	var wg sync.WaitGroup
 	for _, r := range rs {
 		wg.Add(3)
 		go func() {
 			defer wg.Done()
-			if _, again, err := s.Pay(ctx, r.OrderID, r.User, "", due); err == nil && !again {
+			if _, again, err := s.Pay(ctx, r.OrderID, r.User, "", payAt); err == nil && !again {
 				paid.Add(1)
 			}
 		}()
@@ -236,7 +275,7 @@ func TestPublishTransitions(t *testing.T) {
 	for _, r := range []sale.Reservation{a, b, c} {
 		applyOne(t, s, r)
 	}
-	now := time.Date(2030, 5, 6, 8, 0, 0, 250_000_000, time.UTC)
+	now := time.Date(2030, 5, 6, 7, 20, 0, 250_000_000, time.UTC) // before the payment deadline
 	if _, _, err := s.Pay(ctx, a.OrderID, "ann", "ref", now); err != nil {
 		t.Fatal(err)
 	}

@@ -18,14 +18,14 @@ import (
 
 const myPayOrderSQL = `
 UPDATE orders SET status = 'paid', paid_at = ?, payment_ref = ?, updated_at = CURRENT_TIMESTAMP(6)
-WHERE order_id = ? AND (? = '' OR user_id = ?) AND status = 'pending_payment'`
+WHERE order_id = ? AND (? = '' OR user_id = ?) AND status = 'pending_payment' AND expires_at > ?`
 
 // Pay moves order id from pending_payment to paid, with the contract of
 // pgStore.Pay: one compare-and-set on the order row (a payment racing with
 // the payment timeout or a cancel ends in exactly one terminal state); user,
 // if not empty, must own the order; paying a paid order again returns it with
 // again = true. Errors wrap sale.ErrOrderNotFound (absent, or not user's),
-// sale.ErrOrderExpired (cancelled: the caller refunds) or
+// sale.ErrOrderExpired (cancelled, or past its deadline: the caller refunds) or
 // sale.ErrOrderFailed.
 func (s *myStore) Pay(ctx context.Context, id, user, ref string, now time.Time) (o sale.Order, again bool, err error) {
 	for attempt := 0; ; attempt++ {
@@ -39,7 +39,7 @@ func (s *myStore) Pay(ctx context.Context, id, user, ref string, now time.Time) 
 func (s *myStore) pay(ctx context.Context, id, user, ref string, now time.Time) (o sale.Order, again bool, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		o, again = sale.Order{}, false
-		res, err := tx.ExecContext(ctx, myPayOrderSQL, now.UTC(), nullString(ref), id, user, user)
+		res, err := tx.ExecContext(ctx, myPayOrderSQL, now.UTC(), nullString(ref), id, user, user, now.UTC())
 		if err != nil {
 			return fmt.Errorf("orderstore: pay %s: %w", id, err)
 		}
@@ -60,6 +60,9 @@ func (s *myStore) pay(ctx context.Context, id, user, ref string, now time.Time) 
 			case sale.StatusCancelled:
 				return fmt.Errorf("orderstore: pay %s: %w", id, sale.ErrOrderExpired)
 			case sale.StatusPendingPayment:
+				if pastDeadline(cur, now) {
+					return fmt.Errorf("orderstore: pay %s: %w", id, sale.ErrOrderExpired)
+				}
 				// The row committed after the update looked for it.
 				return errRaced
 			default:

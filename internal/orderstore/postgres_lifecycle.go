@@ -87,15 +87,18 @@ func queueRestores(b *pgx.Batch, rs []Restore) {
 
 const payOrderSQL = `
 UPDATE orders SET status = 'paid', paid_at = $3, payment_ref = $4, updated_at = now()
-WHERE order_id = $1 AND ($2 = '' OR user_id = $2) AND status = 'pending_payment'
+WHERE order_id = $1 AND ($2 = '' OR user_id = $2) AND status = 'pending_payment' AND expires_at > $3
 RETURNING ` + orderColumnList
 
 // Pay moves order id from pending_payment to paid: one compare-and-set on
 // the order row, so a payment racing with the payment timeout or a cancel
-// ends in exactly one terminal state. user, if not empty, must own the order.
+// ends in exactly one terminal state. The set also requires expires_at >
+// now: a pay at or after the deadline is refused even before the timer
+// releases the order (which it then does as usual). user, if not empty, must own the order.
 // Paying a paid order again returns it with again = true. Errors wrap
 // sale.ErrOrderNotFound (absent, or not user's), sale.ErrOrderExpired
-// (cancelled by its user or the timeout: the caller refunds) or
+// (cancelled by its user or the timeout, or past its deadline: the caller
+// refunds) or
 // sale.ErrOrderFailed.
 func (s *pgStore) Pay(ctx context.Context, id, user, ref string, now time.Time) (o sale.Order, again bool, err error) {
 	for attempt := 0; ; attempt++ {
@@ -104,6 +107,11 @@ func (s *pgStore) Pay(ctx context.Context, id, user, ref string, now time.Time) 
 			return o, again, err
 		}
 	}
+}
+
+// pastDeadline reports whether o's payment deadline has passed at now.
+func pastDeadline(o sale.Order, now time.Time) bool {
+	return o.ExpiresAt != nil && !o.ExpiresAt.After(now)
 }
 
 // errRaced: the order row was created or changed between the compare-and-set
@@ -129,6 +137,9 @@ func (s *pgStore) pay(ctx context.Context, id, user, ref string, now time.Time) 
 		case sale.StatusCancelled:
 			return cur, false, fmt.Errorf("orderstore: pay %s: %w", id, sale.ErrOrderExpired)
 		case sale.StatusPendingPayment:
+			if pastDeadline(cur, now) {
+				return cur, false, fmt.Errorf("orderstore: pay %s: %w", id, sale.ErrOrderExpired)
+			}
 			return cur, false, errRaced
 		default:
 			return cur, false, fmt.Errorf("orderstore: pay %s: %w", id, sale.ErrOrderFailed)

@@ -27,8 +27,14 @@ type BreakerConfig struct {
 	Window time.Duration
 	// FailureRatio opens the breaker (default 0.5) ...
 	FailureRatio float64
-	// MinRequests ... once the window holds at least this many calls (default 20).
+	// MinRequests ... once the window holds at least this many answered or
+	// failed calls (default 20). This many failures in a row open it too,
+	// whatever the window holds before them.
 	MinRequests uint32
+	// CallTimeout bounds one gate call, all its attempts together (default
+	// 1s). The call runs to its answer or this deadline even when the buyer
+	// gives up first, so a hung Redis is counted, not hidden by cancellations.
+	CallTimeout time.Duration
 	// OpenFor is how long it stays open before a half-open probe (default 5s).
 	OpenFor time.Duration
 	// FallbackConcurrency caps database fallback purchases in flight per
@@ -50,6 +56,9 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	}
 	if c.OpenFor == 0 {
 		c.OpenFor = 5 * time.Second
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = time.Second
 	}
 	if c.FallbackConcurrency == 0 {
 		c.FallbackConcurrency = 8
@@ -73,6 +82,7 @@ type guard struct {
 	rebuildAll func(ctx context.Context) error
 	needSync   atomic.Bool
 	disabled   bool
+	timeout    time.Duration
 	log        *slog.Logger
 }
 
@@ -80,7 +90,7 @@ var errBreakerOpen = errors.New("redis circuit breaker open")
 
 func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context.Context) error, log *slog.Logger, obs BreakerObserver) *guard {
 	cfg = cfg.withDefaults()
-	g := &guard{direct: direct, sem: make(chan struct{}, cfg.FallbackConcurrency), rebuildAll: rebuildAll, disabled: cfg.Disabled || direct == nil, log: log}
+	g := &guard{direct: direct, sem: make(chan struct{}, cfg.FallbackConcurrency), rebuildAll: rebuildAll, disabled: cfg.Disabled || direct == nil, timeout: cfg.CallTimeout, log: log}
 	bucket := cfg.Window / 10
 	g.cb = gobreaker.NewCircuitBreaker[stockgate.ReserveResult](gobreaker.Settings{
 		Name:         "redis-gate",
@@ -88,11 +98,19 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 		Interval:     cfg.Window,
 		BucketPeriod: bucket,
 		Timeout:      cfg.OpenFor,
+		// Requests counts calls still outstanding and excluded ones: the
+		// ratio is over calls that ended. A window full of successes would
+		// hold a dead Redis for half the window: enough failures in a row
+		// (no answer in between) open it at once.
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.Requests >= cfg.MinRequests && float64(c.TotalFailures) >= cfg.FailureRatio*float64(c.Requests)
+			ended := c.TotalSuccesses + c.TotalFailures
+			return c.ConsecutiveFailures >= cfg.MinRequests ||
+				ended >= cfg.MinRequests && float64(c.TotalFailures) >= cfg.FailureRatio*float64(ended)
 		},
 		// Redis answered: sold out, limit reached and the like are business
-		// outcomes, successes of the gate. A cancelled request says nothing.
+		// outcomes, successes of the gate. A timeout is a failure. A call is
+		// not cancelled by its buyer (see reserve), so a cancellation is
+		// this process stopping: it says nothing.
 		IsSuccessful: func(err error) bool { return err == nil || isBusiness(err) },
 		// A sale being (re)loaded is answered by a healthy Redis: it must not
 		// push purchases to the database while the rebuild runs.
@@ -116,12 +134,18 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 // State returns "closed", "half-open" or "open".
 func (g *guard) State() string { return g.cb.State().String() }
 
-// reserve runs the gate through the breaker. errBreakerOpen means: use the
-// database path.
+// reserve runs the gate through the breaker under the call timeout.
+// errBreakerOpen means: use the database path.
+//
+// The call is detached from the caller's cancellation: a buyer who gives up
+// after a second must not turn a Redis that never answered into an
+// excluded call. It ends at its answer or its own deadline, soon after.
 func (g *guard) reserve(ctx context.Context, f func(ctx context.Context) (stockgate.ReserveResult, error)) (stockgate.ReserveResult, error) {
 	if g.disabled {
 		return f(ctx)
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
+	defer cancel()
 	res, err := g.cb.Execute(func() (stockgate.ReserveResult, error) {
 		if g.needSync.Load() {
 			// The probe after an opening: Redis must learn what the

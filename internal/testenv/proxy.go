@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"testing"
@@ -12,7 +13,7 @@ import (
 
 // Proxy is a TCP proxy between a test's clients and one dependency, which
 // fails the network on demand: Cut resets every connection, Blackhole hangs
-// them, Restore heals. Clients connect to Addr instead of the dependency.
+// them, Flaky resets a fraction of them, Restore heals. Clients connect to Addr instead of the dependency.
 // Its methods are safe for concurrent use.
 type Proxy struct {
 	target string
@@ -23,6 +24,7 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	state   proxyState
+	resetP  float64               // while forwarding: probability of resetting at a chunk
 	changed chan struct{}         // closed, and replaced, at every change of state
 	conns   map[net.Conn]struct{} // open connections, both sides
 }
@@ -91,8 +93,22 @@ func (p *Proxy) Cut() {
 func (p *Proxy) Blackhole() { p.set(blackholed) }
 
 // Restore forwards again: held bytes and connections accepted while
-// blackholed go through; connections reset by Cut stay closed.
+// blackholed go through; connections reset by Cut or Flaky stay closed.
 func (p *Proxy) Restore() { p.set(forwarding) }
+
+// Flaky forwards, but resets connections at random, as a lossy network or a
+// middlebox does: until Restore or Cut, each chunk of bytes read from either
+// side is, with probability prob (0 to 1), dropped and its connection reset
+// on both sides (RST). A chunk is what one read returned, so small
+// exchanges (one query, its reply) are usually one chunk each way.
+func (p *Proxy) Flaky(prob float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != closed {
+		p.setLocked(forwarding)
+		p.resetP = prob
+	}
+}
 
 func (p *Proxy) set(s proxyState) {
 	p.mu.Lock()
@@ -104,6 +120,7 @@ func (p *Proxy) set(s proxyState) {
 
 func (p *Proxy) setLocked(s proxyState) {
 	p.state = s
+	p.resetP = 0
 	close(p.changed)
 	p.changed = make(chan struct{})
 }
@@ -223,6 +240,11 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			if !p.pass() {
 				return
 			}
+			if p.unlucky() {
+				abort(src)
+				abort(dst)
+				return
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				abort(src)
 				abort(dst)
@@ -244,6 +266,14 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// unlucky reports whether a flaky proxy resets the connection at this chunk.
+func (p *Proxy) unlucky() bool {
+	p.mu.Lock()
+	prob := p.resetP
+	p.mu.Unlock()
+	return prob > 0 && rand.Float64() < prob
 }
 
 // abort closes c with a reset rather than an orderly FIN, as a broken

@@ -2,6 +2,7 @@ package testenv_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -208,6 +209,60 @@ func TestProxyBlackhole(t *testing.T) {
 	p.Cut()
 	expectBroken(t, hung)
 	expectBroken(t, old)
+}
+
+// TestProxyFlaky: at probability 1 every chunk resets its connection; at
+// 0.3 some round trips of many connections fail with a reset and the others
+// pass intact; Restore heals.
+func TestProxyFlaky(t *testing.T) {
+	t.Parallel()
+	target, _ := echoServer(t)
+	p := testenv.StartProxy(t, target)
+	old := dial(t, p.Addr())
+	roundTrip(t, old, "before")
+
+	p.Flaky(1)
+	if _, err := old.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	expectBroken(t, old)
+
+	p.Flaky(0.3)
+	const n = 200
+	ok, broken := 0, 0
+	for i := range n {
+		c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := fmt.Sprintf("m%03d", i)
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		got := make([]byte, len(msg))
+		_, werr := c.Write([]byte(msg))
+		_, rerr := io.ReadFull(c, got)
+		switch {
+		case werr == nil && rerr == nil && string(got) == msg:
+			ok++
+		case errors.Is(rerr, os.ErrDeadlineExceeded):
+			t.Fatalf("connection %d hung instead of being reset", i)
+		case rerr == nil:
+			t.Fatalf("connection %d: read %q, want %q", i, got, msg)
+		default:
+			broken++
+		}
+		c.Close()
+	}
+	// Each round trip is two chunks: about half of them break (1 - 0.7²).
+	if broken < n/5 || ok < n/5 {
+		t.Fatalf("%d of %d round trips broken, %d intact; want a fraction of each", broken, n, ok)
+	}
+	t.Logf("%d of %d round trips broken", broken, n)
+
+	p.Restore()
+	c := dial(t, p.Addr())
+	for i := range 50 {
+		roundTrip(t, c, fmt.Sprintf("after%d", i))
+	}
 }
 
 // TestProxyCleanupLeavesNoGoroutines is not parallel, so that no other

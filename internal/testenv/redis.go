@@ -189,6 +189,22 @@ func StartRedis(t testing.TB, args ...string) *RedisServer {
 // does nothing.
 func (s *RedisServer) Kill() { s.stop(syscall.SIGKILL) }
 
+// Pause freezes the server with SIGSTOP: connections stay open and nothing
+// answers, as a hung Redis (a long fork, swapping, a stalled VM) does. Resume
+// or Kill ends it. Pausing a stopped server does nothing.
+func (s *RedisServer) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused server run again (SIGCONT).
+func (s *RedisServer) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *RedisServer) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		_ = s.proc.Signal(sig)
+	}
+}
+
 // Stop shuts the server down with SIGTERM, which makes it flush its AOF
 // (and write an RDB snapshot if save points are configured), and waits for
 // it to exit. Stopping a stopped server does nothing.
