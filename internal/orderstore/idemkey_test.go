@@ -19,8 +19,8 @@ func keyedResv(n int, sku, user, key string) sale.Reservation {
 
 // refusedForKey is the outcome of a reservation whose key already made order first.
 func refusedForKey(id, first string) orderstore.Outcome {
-	o := failed(id, "duplicate_key")
-	_ = first
+	o := failed(id, orderstore.ReasonDuplicateKey)
+	o.KeyOrderID = first
 	return o
 }
 
@@ -102,6 +102,15 @@ func TestOneOrderPerIdempotencyKey(t *testing.T) {
 		if err != nil || dupl || o.ID != direct.OrderID {
 			t.Fatalf("BuyDirect = %s, %v, %v; want a new order %s", o.ID, dupl, err, direct.OrderID)
 		}
+		// The debit owed to the gate names the key, so the gate learns the order it made.
+		owed, err := s.PendingRestores(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOwed := []orderstore.Restore{{OrderID: orderstore.DebitPrefix + direct.OrderID, SKU: "K3", User: "u1", Quantity: -1, IdempotencyKey: "click"}}
+		if diff := cmp.Diff(wantOwed, owed); diff != "" {
+			t.Errorf("restores owed (-want +got):\n%s", diff)
+		}
 		got, err := s.ApplyBatch(ctx, []sale.Reservation{queued})
 		if err != nil {
 			t.Fatal(err)
@@ -161,7 +170,7 @@ func TestOneOrderPerIdempotencyKey(t *testing.T) {
 				for _, o := range out[1:] {
 					if o.Status == sale.StatusPendingPayment {
 						won++
-					} else if o.Reason != "duplicate_key" {
+					} else if o.Reason != orderstore.ReasonDuplicateKey || o.KeyOrderID == "" {
 						t.Errorf("batch %d: %+v", i, o)
 					}
 				}

@@ -329,7 +329,7 @@ func (s *myStore) waitForApply(ctx context.Context, id string) error {
 
 // PendingRestores returns up to limit Redis restores owed, oldest first.
 func (s *myStore) PendingRestores(ctx context.Context, limit int) ([]Restore, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, sku_id, user_id, quantity FROM redis_restores ORDER BY created_at LIMIT ?`, limit)
+	rows, err := s.db.QueryContext(ctx, `SELECT order_id, sku_id, user_id, quantity, coalesce(idempotency_key, '') FROM redis_restores ORDER BY created_at LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: pending restores: %w", err)
 	}
@@ -337,7 +337,7 @@ func (s *myStore) PendingRestores(ctx context.Context, limit int) ([]Restore, er
 	var out []Restore
 	for rows.Next() {
 		var r Restore
-		if err := rows.Scan(&r.OrderID, &r.SKU, &r.User, &r.Quantity); err != nil {
+		if err := rows.Scan(&r.OrderID, &r.SKU, &r.User, &r.Quantity, &r.IdempotencyKey); err != nil {
 			return nil, fmt.Errorf("orderstore: pending restores: %w", err)
 		}
 		out = append(out, r)
