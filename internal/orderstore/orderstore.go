@@ -75,6 +75,7 @@ type backend interface {
 	ListenRestores(ctx context.Context, wake func()) error
 
 	Order(ctx context.Context, id string) (sale.Order, error)
+	OrderByKey(ctx context.Context, sku, user, key string) (sale.Order, error)
 	Snapshot(ctx context.Context, sku string, ids []string) (Snapshot, error)
 	SeedSnapshot(ctx context.Context, sku string, ids []string) (Snapshot, error)
 	Processed(ctx context.Context, ids []string) (map[string]sale.Status, error)
