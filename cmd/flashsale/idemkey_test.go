@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// liveOrders returns the ids of user's live orders of sku (the users of
+// these tests buy only with their one key).
+func liveOrders(t *testing.T, h *harness, sku, user string) []string {
+	t.Helper()
+	db := h.a.store
+	rows, err := db.DB().QueryContext(context.Background(), db.Rebind(`SELECT order_id FROM orders
+WHERE sku_id = ? AND user_id = ? AND status IN ('pending_payment', 'paid') ORDER BY order_id`), sku, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// acceptInGate reserves one unit of sku for user with key straight in the
+// gate, as a first attempt the relay has not published yet (its answer lost
+// to the client): the reservation is in flight in Redis only.
+func acceptInGate(t *testing.T, h *harness, sku, user, key string) string {
+	t.Helper()
+	r := sale.Reservation{OrderID: uuid.Must(uuid.NewV7()).String(), SKU: sku, User: user, Quantity: 1,
+		AcceptedAt: time.Now().UnixMilli(), IdempotencyKey: key}
+	if res, err := h.a.gate.Reserve(context.Background(), r); err != nil || res.Duplicate {
+		t.Fatalf("first attempt of %s: %+v, %v", key, res, err)
+	}
+	return r.OrderID
+}
+
+// TestKeyAcrossTheFallback: a client retries one Idempotency-Key while the
+// circuit breaker around Redis is open and its first attempt is still in
+// flight in Redis. Exactly one live order per key results (I11), whichever
+// path served each attempt, and every later retry is answered with it:
+//   - k1: Redis hangs, so the retry cannot ask it: the database fallback
+//     sells; the first attempt, reaching the database later, is refused
+//     (duplicate_key) and its unit goes back;
+//   - k2: Redis answers again while the breaker is still open: the retry is
+//     answered with the reservation in flight, the fallback sells nothing.
+func TestKeyAcrossTheFallback(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	px := testenv.StartProxy(t, rs.Addr)
+	cfg := testConfig(t, "external",
+		"FLASHSALE_REDIS_URL", "redis://"+px.Addr()+"/0", "FLASHSALE_REDIS_TIMEOUT", "200ms",
+		"FLASHSALE_BREAKER_OPEN_FOR", "3s", "FLASHSALE_BREAKER_MIN_REQUESTS", "10",
+		"FLASHSALE_RELAY_GRACE", "30s", "FLASHSALE_REDIS_MONITOR_EVERY", "200ms")
+	h := newHarness(t, cfg)
+	h.mustPutSKU("f", 100, 2)
+
+	first1 := acceptInGate(t, h, "f", "alice", "k1")
+	first2 := acceptInGate(t, h, "f", "bob", "k2")
+
+	// Redis hangs: purchases time out until the breaker opens.
+	px.Blackhole()
+	deadline := time.Now().Add(15 * time.Second)
+	for i := 0; h.a.buy.BreakerState() != "open"; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker %s while redis hangs", h.a.buy.BreakerState())
+		}
+		var wg sync.WaitGroup
+		for j := range 6 {
+			wg.Go(func() { h.buy(fmt.Sprintf("opener-%d-%d", i, j), "f", 1, "") })
+		}
+		wg.Wait()
+	}
+	retry1 := h.buy("alice", "f", 1, "k1")
+	if retry1.Status != http.StatusAccepted {
+		t.Fatalf("k1's retry through the fallback: %d %s", retry1.Status, retry1.Raw)
+	}
+	kept1 := retry1.str("order_id")
+
+	// Redis answers again; the breaker stays open a while.
+	px.Restore()
+	if st := h.a.buy.BreakerState(); st != "open" {
+		t.Fatalf("breaker %s, want still open", st)
+	}
+	retry2 := h.buy("bob", "f", 1, "k2")
+	if retry2.Status != http.StatusAccepted || retry2.str("order_id") != first2 {
+		t.Errorf("k2's retry while the breaker is open and redis answers: %d %s, want the reservation in flight %s",
+			retry2.Status, retry2.Raw, first2)
+	}
+
+	// The breaker closes (Redis rebuilt), the first attempts reach the database.
+	deadline = time.Now().Add(20 * time.Second)
+	for h.a.buy.BreakerState() != "closed" && time.Now().Before(deadline) {
+		h.buy("late-buyer", "f", 1, "")
+		time.Sleep(100 * time.Millisecond)
+	}
+	settle(t, h.a, "f", []string{first1, first2, kept1}, 30*time.Second)
+	for _, c := range []struct{ user, key, want string }{{"alice", "k1", kept1}, {"bob", "k2", first2}} {
+		if live := liveOrders(t, h, "f", c.user); len(live) != 1 || live[0] != c.want {
+			t.Errorf("%s's key %s: live orders %v, want exactly [%s]", c.user, c.key, live, c.want)
+		}
+		r := h.buy(c.user, "f", 1, c.key)
+		if r.Status != http.StatusAccepted || r.str("order_id") != c.want {
+			t.Errorf("%s retrying %s through the gate: %d %s, want order %s", c.user, c.key, r.Status, r.Raw, c.want)
+		}
+	}
+	if kept1 != first1 {
+		o, err := h.a.store.Order(context.Background(), first1)
+		if err != nil || o.Status != sale.StatusFailed || o.FailReason != "duplicate_key" {
+			t.Errorf("k1's first attempt %s: %+v, %v; want failed, duplicate_key", first1, o, err)
+		}
+	}
+}
