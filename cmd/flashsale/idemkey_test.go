@@ -127,3 +127,35 @@ func TestKeyAcrossTheFallback(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyRetryFindsItsOrder: a retry of an Idempotency-Key that made an
+// order gets that order back, not 429 while its user is rate limited, and
+// not 503 while the sale is being loaded into Redis (fenced for a rebuild).
+func TestKeyRetryFindsItsOrder(t *testing.T) {
+	cfg := testConfig(t, "embedded", "FLASHSALE_RATE_LIMIT_USER", "0.2", "FLASHSALE_RATE_LIMIT_USER_BURST", "1")
+	h := newHarness(t, cfg)
+	h.mustPutSKU("k", 10, 2)
+	first := h.buy("carol", "k", 1, "c1")
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("first attempt: %d %s", first.Status, first.Raw)
+	}
+	id := first.str("order_id")
+	other := h.buy("dave", "k", 1, "d1")
+	if other.Status != http.StatusAccepted {
+		t.Fatalf("dave's first attempt: %d %s", other.Status, other.Raw)
+	}
+	if r := h.buy("carol", "k", 1, ""); r.Status != http.StatusTooManyRequests {
+		t.Fatalf("a new purchase within the user's interval: %d %s, want 429", r.Status, r.Raw)
+	}
+	if r := h.buy("carol", "k", 1, "c1"); r.Status != http.StatusAccepted || r.str("order_id") != id {
+		t.Errorf("retry while rate limited: %d %s, want order %s", r.Status, r.Raw, id)
+	}
+	settle(t, h.a, "k", []string{id, other.str("order_id")}, 20*time.Second)
+	if err := h.a.gate.Fence(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	// dave is not rate limited here: what stood in the way was the fence.
+	if r := h.buy("dave", "k", 1, "d1"); r.Status != http.StatusAccepted || r.str("order_id") != other.str("order_id") {
+		t.Errorf("retry while the sale is being loaded: %d %s, want order %s", r.Status, r.Raw, other.str("order_id"))
+	}
+}
