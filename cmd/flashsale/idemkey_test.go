@@ -159,3 +159,64 @@ func TestKeyRetryFindsItsOrder(t *testing.T) {
 		t.Errorf("retry while the sale is being loaded: %d %s, want order %s", r.Status, r.Raw, other.str("order_id"))
 	}
 }
+
+// TestKeyFallbackThenAnotherInstance: instance a is cut off from Redis and
+// sells from the database (breaker open); the client's retry of the same
+// Idempotency-Key goes through instance b, whose gate is healthy. The direct
+// sale's key reaches the gate (its debit records it), so b answers with the
+// order a sold, and no second order is made.
+func TestKeyFallbackThenAnotherInstance(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	px := testenv.StartProxy(t, rs.Addr)
+	cfgA := testConfig(t, "external",
+		"FLASHSALE_REDIS_URL", "redis://"+px.Addr()+"/0", "FLASHSALE_REDIS_TIMEOUT", "200ms",
+		"FLASHSALE_BREAKER_OPEN_FOR", "30s", "FLASHSALE_BREAKER_MIN_REQUESTS", "10")
+	cfgB := cfgA
+	cfgB.RedisURL = rs.URL
+	a, b := newHarness(t, cfgA), newHarness(t, cfgB)
+	a.mustPutSKU("m", 50, 2)
+	if err := b.a.buy.Catalog.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	px.Cut()
+	deadline := time.Now().Add(15 * time.Second)
+	for i := 0; a.a.buy.BreakerState() != "open"; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker of a %s while its redis is cut off", a.a.buy.BreakerState())
+		}
+		var wg sync.WaitGroup
+		for j := range 6 {
+			wg.Go(func() { a.buy(fmt.Sprintf("opener-%d-%d", i, j), "m", 1, "") })
+		}
+		wg.Wait()
+	}
+	sold := a.buy("erin", "m", 1, "e1")
+	if sold.Status != http.StatusAccepted || sold.str("status") != string(sale.StatusPendingPayment) {
+		t.Fatalf("direct sale through a: %d %s", sold.Status, sold.Raw)
+	}
+	id := sold.str("order_id")
+	// b's restorer gives Redis the direct sale (the units and the key).
+	db := b.a.store
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		var n int
+		if err := db.DB().QueryRowContext(t.Context(), db.Rebind(`SELECT count(*) FROM redis_restores WHERE order_id = ?`), "sale-"+id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the direct sale's debit was not applied to redis")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r := b.buy("erin", "m", 1, "e1")
+	if r.Status != http.StatusAccepted || r.str("order_id") != id {
+		t.Errorf("retry through b's gate: %d %s, want the direct sale %s", r.Status, r.Raw, id)
+	}
+	settle(t, b.a, "m", []string{id}, 20*time.Second)
+	if live := liveOrders(t, b, "m", "erin"); len(live) != 1 || live[0] != id {
+		t.Errorf("erin's live orders %v, want exactly [%s]", live, id)
+	}
+}
