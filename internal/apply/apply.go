@@ -266,7 +266,7 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 	applied, refused, dups := 0, 0, 0
 	for i, o := range outs {
 		ref := o.Status == sale.StatusFailed
-		bySKU[rs[i].SKU] = append(bySKU[rs[i].SKU], stockgate.Outcome{OrderID: o.OrderID, Refused: ref})
+		bySKU[rs[i].SKU] = append(bySKU[rs[i].SKU], stockgate.Outcome{OrderID: o.OrderID, Refused: ref, KeyOrderID: o.KeyOrderID})
 		switch {
 		case o.Duplicate:
 			dups++

@@ -31,6 +31,7 @@ type Report struct {
 	InFlight       int64 // units reserved in Redis, not yet applied
 	Outbox         int64
 	AuditSum       int64 // sum of the db deltas in stock_audit
+	DoubledKeys    int64 // (user, Idempotency-Key) pairs with more than one live order
 	Violations     []string
 }
 
@@ -60,6 +61,13 @@ GROUP BY i.sku_id, i.stock, i.total_stock, i.per_user_limit`
 const unloggedSQL = `
 SELECT COUNT(*) FROM orders o WHERE o.sku_id = ?
 AND NOT EXISTS (SELECT 1 FROM process_log p WHERE p.tx_id = o.order_id)`
+
+// I11: an Idempotency-Key of a user on a SKU with two live orders. The
+// unique index forbids two rows with a key; this reads the rows themselves.
+const doubledKeysSQL = `
+SELECT COUNT(*) FROM (SELECT user_id, idempotency_key FROM orders
+    WHERE sku_id = ? AND idempotency_key IS NOT NULL AND status IN ('pending_payment','paid')
+    GROUP BY user_id, idempotency_key HAVING COUNT(*) > 1) d`
 
 const auditSumSQL = `SELECT COALESCE(SUM(delta), 0) FROM stock_audit WHERE sku_id = ? AND store = 'db'`
 
@@ -94,8 +102,8 @@ func countAccepted(ctx context.Context, db DB, ids []string) (rows, distinct int
 // Check reads sku's state and checks I1 (stock >= 0, stock + live = total,
 // in one snapshot), I3 when idle is true (Redis available = database stock,
 // nothing in flight or in the outbox), I4 for the accepted order ids (each is
-// exactly one order row), I5 (one idempotency row per order) and I6 (no user
-// over the limit). gate may be nil to skip Redis.
+// exactly one order row), I5 (one idempotency row per order), I6 (no user
+// over the limit) and I11 (no Idempotency-Key with two live orders). gate may be nil to skip Redis.
 func Check(ctx context.Context, db DB, gate *stockgate.Gate, sku string, accepted []string, idle bool) (Report, error) {
 	r := Report{SKU: sku}
 	// Redis first, then the database: a reservation leaves the in-flight set
@@ -140,6 +148,12 @@ func Check(ctx context.Context, db DB, gate *stockgate.Gate, sku string, accepte
 	}
 	if unlogged != 0 {
 		r.failf("I5: %d orders without an idempotency row", unlogged)
+	}
+	if err := db.DB().QueryRowContext(ctx, db.Rebind(doubledKeysSQL), sku).Scan(&r.DoubledKeys); err != nil {
+		return r, fmt.Errorf("invariant: %w", err)
+	}
+	if r.DoubledKeys != 0 {
+		r.failf("I11: %d Idempotency-Keys with more than one live order", r.DoubledKeys)
 	}
 	if err := db.DB().QueryRowContext(ctx, db.Rebind(auditSumSQL), sku).Scan(&r.AuditSum); err != nil {
 		return r, fmt.Errorf("invariant: %w", err)

@@ -252,6 +252,17 @@ func (s *myStore) Migrate(ctx context.Context) error {
 		return fmt.Errorf("orderstore: migrate: %w", err)
 	}
 	results, err := p.Up(ctx)
+	for attempt := 0; err != nil && strings.Contains(err.Error(), "missing zero version") && attempt < 5; attempt++ {
+		// goose creates its version table outside the migration lock; on
+		// MySQL CREATE TABLE commits at once, so another instance can see
+		// the table before its zero row. That row follows within moments.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("orderstore: migrate: %w", errors.Join(err, ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
+		}
+		results, err = p.Up(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("orderstore: migrate: %w", err)
 	}

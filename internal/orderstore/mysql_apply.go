@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/go-sql-driver/mysql"
 )
 
 // ApplyBatch keeps the contract of pgStore.ApplyBatch: reservations applied
@@ -27,12 +29,20 @@ func (s *myStore) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]Outc
 		return nil, fmt.Errorf("orderstore: apply batch: %w", err)
 	}
 	uniq, idx := dedupe(rs)
-	var got []Outcome
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		got, err = s.applyUnique(ctx, tx, uniq)
-		return err
-	})
+	var (
+		got []Outcome
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			var err error
+			got, err = s.applyUnique(ctx, tx, uniq)
+			return err
+		})
+		if !myKeyConflict(err) || attempt == keyConflictAttempts {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: apply batch of %d: %w", len(rs), err)
 	}
@@ -67,6 +77,11 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 		}
 	}
 	if len(fresh) == 0 {
+		owners, err := myKeyOwners(ctx, tx, keyedOf(uniq))
+		if err != nil {
+			return nil, fmt.Errorf("read idempotency keys: %w", err)
+		}
+		withKeyOwners(prior, uniq, owners)
 		out := make([]Outcome, len(uniq))
 		for i, r := range uniq {
 			out[i] = prior[r.OrderID]
@@ -89,28 +104,25 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 
 	// A reservation its owner cancelled while it was queued lands cancelled:
 	// it takes no stock, and the gate gives its units back (redis_restores).
+	// One whose Idempotency-Key already made an order is refused.
 	cancelled := func(r sale.Reservation) bool { u, ok := cancelBy[r.OrderID]; return ok && u == r.User }
-	var (
-		toAllocate   []sale.Reservation
-		cancelledIDs []string
-	)
+	var cancelledIDs []string
 	for _, r := range fresh {
 		if cancelled(r) {
 			cancelledIDs = append(cancelledIDs, r.OrderID)
-			continue
 		}
-		toAllocate = append(toAllocate, r)
 	}
+	// After the row locks: every writer of a live order with a key holds its
+	// SKU's lock, so this read (a new snapshot at READ COMMITTED) sees every
+	// order the keys made.
+	owners, err := myKeyOwners(ctx, tx, keyedOf(uniq))
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency keys: %w", err)
+	}
+	withKeyOwners(prior, uniq, owners)
+	decided, toAllocate := decideKeys(fresh, owners, cancelled)
 	allocated, take := allocate(toAllocate, locked, held)
-	decided := make([]Outcome, len(fresh))
-	for i, j := 0, 0; i < len(fresh); i++ {
-		if cancelled(fresh[i]) {
-			decided[i] = Outcome{OrderID: fresh[i].OrderID, Status: sale.StatusCancelled}
-			continue
-		}
-		decided[i] = allocated[j]
-		j++
-	}
+	mergeDecided(decided, allocated)
 
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	if err := myTakeStock(ctx, tx, take); err != nil {
@@ -163,6 +175,47 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 		out[i] = prior[r.OrderID]
 	}
 	return out, nil
+}
+
+// myKeyOwners reads which orders hold keys: the order id per key.
+func myKeyOwners(ctx context.Context, tx *sql.Tx, keys []idemKey) (map[idemKey]string, error) {
+	owners := make(map[idemKey]string)
+	if len(keys) == 0 {
+		return owners, nil
+	}
+	var q strings.Builder
+	args := make([]any, 0, 3*len(keys))
+	q.WriteString(`SELECT sku_id, user_id, idempotency_key, order_id FROM orders WHERE `)
+	for i, k := range keys {
+		if i > 0 {
+			q.WriteString(" OR ")
+		}
+		q.WriteString("(sku_id = ? AND user_id = ? AND idempotency_key = ?)")
+		args = append(args, k.SKU, k.User, k.Key)
+	}
+	rows, err := tx.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			k  idemKey
+			id string
+		)
+		if err := rows.Scan(&k.SKU, &k.User, &k.Key, &id); err != nil {
+			return nil, err
+		}
+		owners[k] = id
+	}
+	return owners, rows.Err()
+}
+
+// myKeyConflict reports whether err is the unique key on orders'
+// Idempotency-Keys refusing a row (see pgKeyConflict).
+func myKeyConflict(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062 && strings.Contains(me.Message, "orders_idempotency_idx")
 }
 
 // myClaim inserts the process_log rows of rs (distinct order ids) and
@@ -370,8 +423,12 @@ func (s *myStore) myInsertOrders(ctx context.Context, tx *sql.Tx, rs []sale.Rese
 			byUser := sale.CancelByUser
 			cancelledAt, cancelReason = &now, &byUser
 		}
+		var key *string
+		if ownsKey(r, decided[i]) {
+			key = &rs[i].IdempotencyKey
+		}
 		args = append(args, r.OrderID, r.SKU, r.User, r.Quantity, string(decided[i].Status), nullString(decided[i].Reason),
-			nullString(r.IdempotencyKey), time.UnixMilli(r.AcceptedAt).UTC(), expires, cancelReason, cancelledAt)
+			key, time.UnixMilli(r.AcceptedAt).UTC(), expires, cancelReason, cancelledAt)
 	}
 	_, err := tx.ExecContext(ctx, q, args...)
 	return err
@@ -413,8 +470,10 @@ func (s *myStore) Discard(ctx context.Context, r sale.Reservation) (already bool
 		}
 		if _, err := tx.ExecContext(ctx, `
 INSERT INTO orders (order_id, sku_id, user_id, quantity, status, fail_reason, idempotency_key, created_at)
-VALUES (?, ?, ?, ?, 'failed', ?, ?, ?)`, r.OrderID, r.SKU, r.User, r.Quantity,
-			ReasonDiscarded, nullString(r.IdempotencyKey), time.UnixMilli(r.AcceptedAt).UTC()); err != nil {
+SELECT ?, ?, ?, ?, 'failed', ?,
+    CASE WHEN EXISTS (SELECT 1 FROM orders WHERE sku_id = ? AND user_id = ? AND idempotency_key = ?) THEN NULL ELSE ? END, ?`,
+			r.OrderID, r.SKU, r.User, r.Quantity, ReasonDiscarded, r.SKU, r.User, nullString(r.IdempotencyKey),
+			nullString(r.IdempotencyKey), time.UnixMilli(r.AcceptedAt).UTC()); err != nil {
 			return fmt.Errorf("insert order: %w", err)
 		}
 		if err := myInsertTransitions(ctx, tx, []transition{{r: r, to: sale.StatusFailed, cause: "refused:" + ReasonDiscarded,

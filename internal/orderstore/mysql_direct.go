@@ -56,7 +56,12 @@ func (s *myStore) BuyDirect(ctx context.Context, r sale.Reservation, now time.Ti
 	if r.IdempotencyKey != "" && !sale.ValidIdempotencyKey(r.IdempotencyKey) {
 		return sale.Order{}, false, fmt.Errorf("orderstore: buy: %w: bad idempotency key", sale.ErrInvalid)
 	}
-	order, duplicate, err = s.buyDirect(ctx, r, now)
+	for attempt := 1; ; attempt++ {
+		order, duplicate, err = s.buyDirect(ctx, r, now)
+		if !myKeyConflict(err) || attempt == keyConflictAttempts {
+			break
+		}
+	}
 	if err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: buy %s (order %s): %w", r.SKU, r.OrderID, err)
 	}
@@ -115,7 +120,7 @@ func (s *myStore) buyDirect(ctx context.Context, r sale.Reservation, now time.Ti
 			return err
 		}
 		// Owed to the gate: take these units and the buyer's slot in Redis too.
-		if err := myInsertRestores(ctx, tx, []Restore{{OrderID: DebitPrefix + r.OrderID, SKU: r.SKU, User: r.User, Quantity: -r.Quantity}}); err != nil {
+		if err := myInsertRestores(ctx, tx, []Restore{{OrderID: DebitPrefix + r.OrderID, SKU: r.SKU, User: r.User, Quantity: -r.Quantity, IdempotencyKey: r.IdempotencyKey}}); err != nil {
 			return fmt.Errorf("insert redis restore: %w", err)
 		}
 		return nil

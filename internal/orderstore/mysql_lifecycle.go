@@ -337,7 +337,7 @@ func (s *myStore) PendingRestores(ctx context.Context, limit int, skip ...string
 	if len(skip) > 0 {
 		where = ` WHERE sku_id NOT IN (` + placeholders(len(skip)) + `)`
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, sku_id, user_id, quantity FROM redis_restores`+where+` ORDER BY created_at LIMIT ?`,
+	rows, err := s.db.QueryContext(ctx, `SELECT order_id, sku_id, user_id, quantity, coalesce(idempotency_key, '') FROM redis_restores`+where+` ORDER BY created_at LIMIT ?`,
 		append(anys(skip), limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: pending restores: %w", err)
@@ -346,7 +346,7 @@ func (s *myStore) PendingRestores(ctx context.Context, limit int, skip ...string
 	var out []Restore
 	for rows.Next() {
 		var r Restore
-		if err := rows.Scan(&r.OrderID, &r.SKU, &r.User, &r.Quantity); err != nil {
+		if err := rows.Scan(&r.OrderID, &r.SKU, &r.User, &r.Quantity, &r.IdempotencyKey); err != nil {
 			return nil, fmt.Errorf("orderstore: pending restores: %w", err)
 		}
 		out = append(out, r)

@@ -22,6 +22,18 @@ func (s *myStore) Order(ctx context.Context, id string) (sale.Order, error) {
 	return o, nil
 }
 
+// OrderByKey keeps the contract of pgStore.OrderByKey.
+func (s *myStore) OrderByKey(ctx context.Context, sku, user, key string) (sale.Order, error) {
+	o, found, err := scanOptionalOrder(s.db.QueryRowContext(ctx, myOrderByIdempotencyKeySQL, sku, user, key))
+	if err != nil {
+		return sale.Order{}, fmt.Errorf("orderstore: order of key %q: %w", key, err)
+	}
+	if !found {
+		return sale.Order{}, fmt.Errorf("orderstore: order of key %q: %w", key, sale.ErrOrderNotFound)
+	}
+	return o, nil
+}
+
 // Snapshot keeps the contract of pgStore.Snapshot: the stock of sku, the
 // Redis restores it still owes and, for ids, which are in process_log and
 // their order's status, all read at one instant; an absent SKU gives an

@@ -53,10 +53,10 @@ func myInsertRestores(ctx context.Context, tx *sql.Tx, rs []Restore) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	q := valuesSQL("INSERT IGNORE INTO redis_restores (order_id, sku_id, user_id, quantity) VALUES ", len(rs), 4)
-	args := make([]any, 0, 4*len(rs))
+	q := valuesSQL("INSERT IGNORE INTO redis_restores (order_id, sku_id, user_id, quantity, idempotency_key) VALUES ", len(rs), 5)
+	args := make([]any, 0, 5*len(rs))
 	for _, r := range rs {
-		args = append(args, r.OrderID, r.SKU, r.User, r.Quantity)
+		args = append(args, r.OrderID, r.SKU, r.User, r.Quantity, nullString(r.IdempotencyKey))
 	}
 	_, err := tx.ExecContext(ctx, q, args...)
 	return err

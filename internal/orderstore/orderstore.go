@@ -75,6 +75,7 @@ type backend interface {
 	ListenRestores(ctx context.Context, wake func()) error
 
 	Order(ctx context.Context, id string) (sale.Order, error)
+	OrderByKey(ctx context.Context, sku, user, key string) (sale.Order, error)
 	Snapshot(ctx context.Context, sku string, ids []string) (Snapshot, error)
 	SeedSnapshot(ctx context.Context, sku string, ids []string) (Snapshot, error)
 	Processed(ctx context.Context, ids []string) (map[string]sale.Status, error)
@@ -184,6 +185,12 @@ const (
 	// ReasonDiscarded means an operator discarded the reservation (Discard)
 	// before it was applied.
 	ReasonDiscarded = "discarded"
+	// ReasonDuplicateKey means the reservation's Idempotency-Key had already
+	// made another order of the same user and SKU (Outcome.KeyOrderID): the
+	// first attempt of a retried purchase, sold by another path (the
+	// database fallback, a reservation a rebuild forgot the key of). The
+	// refused order row does not carry the key.
+	ReasonDuplicateKey = "duplicate_key"
 )
 
 // fill sets the defaults of o.
@@ -250,6 +257,10 @@ type Outcome struct {
 	// Duplicate is true when the reservation was already applied before this
 	// call, or appears earlier in the same call: this call changed nothing for it.
 	Duplicate bool
+	// KeyOrderID, for a reservation refused with ReasonDuplicateKey, is the
+	// order its Idempotency-Key made first: the order a retry of the key is
+	// answered with.
+	KeyOrderID string
 }
 
 // validateBatch rejects a batch holding a reservation that could never be
@@ -280,6 +291,110 @@ func dedupe(rs []sale.Reservation) (uniq []sale.Reservation, idx []int) {
 	}
 	return uniq, idx
 }
+
+// idemKey names one user's Idempotency-Key on one SKU: orders carry each
+// at most once (unique index orders_idempotency_idx).
+type idemKey struct{ SKU, User, Key string }
+
+func keyOfResv(r sale.Reservation) idemKey { return idemKey{r.SKU, r.User, r.IdempotencyKey} }
+
+// keyedOf returns the keys the reservations of rs carry, without repeats.
+func keyedOf(rs []sale.Reservation) []idemKey {
+	seen := make(map[idemKey]bool)
+	var out []idemKey
+	for _, r := range rs {
+		if k := keyOfResv(r); r.IdempotencyKey != "" && !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// keyOwners decides, for reservations rs (new, in input order), which
+// Idempotency-Keys another order already holds: owners maps the keys of
+// orders in the database to their order ids (not modified). It returns for
+// each element of rs the order its key already made, or "" when r has no key
+// or is the first with it (r then owns the key: its row carries it). Within
+// rs the first reservation with a key owns it.
+func keyOwners(rs []sale.Reservation, owners map[idemKey]string) []string {
+	taken := make(map[idemKey]string)
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		if r.IdempotencyKey == "" {
+			continue
+		}
+		k := keyOfResv(r)
+		if id, ok := owners[k]; ok && id != r.OrderID {
+			out[i] = id
+			continue
+		}
+		if id, ok := taken[k]; ok {
+			out[i] = id
+			continue
+		}
+		taken[k] = r.OrderID
+	}
+	return out
+}
+
+// decideKeys is the start of every apply: reservations of fresh whose key
+// already made an order are refused with ReasonDuplicateKey (or, when their
+// owner cancelled them while queued, land cancelled without the key); the
+// others are returned to be decided by allocate. decided has one slot per
+// element of fresh, set for the ones taken out (Status empty for the others).
+func decideKeys(fresh []sale.Reservation, owners map[idemKey]string, cancelled func(sale.Reservation) bool) (decided []Outcome, rest []sale.Reservation) {
+	decided = make([]Outcome, len(fresh))
+	for i, owner := range keyOwners(fresh, owners) {
+		r := fresh[i]
+		switch {
+		case cancelled(r):
+			decided[i] = Outcome{OrderID: r.OrderID, Status: sale.StatusCancelled, KeyOrderID: owner}
+		case owner != "":
+			decided[i] = Outcome{OrderID: r.OrderID, Status: sale.StatusFailed, Reason: ReasonDuplicateKey, KeyOrderID: owner}
+		default:
+			rest = append(rest, r)
+		}
+	}
+	return decided, rest
+}
+
+// mergeDecided fills the open slots of decided, in order, with allocated.
+func mergeDecided(decided, allocated []Outcome) {
+	j := 0
+	for i := range decided {
+		if decided[i].Status == "" {
+			decided[i] = allocated[j]
+			j++
+		}
+	}
+}
+
+// ownsKey reports whether the row of a reservation decided as o carries its
+// Idempotency-Key.
+func ownsKey(r sale.Reservation, o Outcome) bool { return r.IdempotencyKey != "" && o.KeyOrderID == "" }
+
+// withKeyOwners sets KeyOrderID on prior outcomes refused for their key
+// (redeliveries), from owners.
+func withKeyOwners(prior map[string]Outcome, uniq []sale.Reservation, owners map[idemKey]string) {
+	for _, r := range uniq {
+		o, ok := prior[r.OrderID]
+		if !ok || o.Reason != ReasonDuplicateKey || r.IdempotencyKey == "" {
+			continue
+		}
+		if id := owners[keyOfResv(r)]; id != r.OrderID {
+			o.KeyOrderID = id
+			prior[r.OrderID] = o
+		}
+	}
+}
+
+// keyConflictAttempts bounds how often an apply or a direct sale is run
+// again after the unique index refused a key another transaction committed
+// meanwhile (one that did not hold the SKU's row lock: an unknown SKU's
+// failed order, a discard). The next attempt sees that order and refuses
+// the reservation properly.
+const keyConflictAttempts = 4
 
 // lockedSKU is what the rules need of one inventory row read under its row lock.
 type lockedSKU struct {

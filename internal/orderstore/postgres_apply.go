@@ -3,6 +3,7 @@ package orderstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -39,6 +40,15 @@ import (
 // does for a failed outcome, such as giving the Redis stock back, must be
 // idempotent by order id and also be done for a Duplicate failed outcome.
 //
+// One order per (user, SKU, Idempotency-Key), whatever path made it (a
+// unique index is the final arbiter): a new reservation whose key already
+// made an order (in the database, or earlier in rs) is recorded failed with
+// ReasonDuplicateKey, without the key, takes nothing, and its Outcome names
+// the first order (KeyOrderID; also on a Duplicate of it), so that the
+// caller gives its units back and answers the key with that order. This
+// check comes before the others. A key conflict with a transaction that did
+// not hold the SKU's row lock runs the batch again; it never fails it.
+//
 // A reservation that fails sale.Reservation.Validate rejects the whole batch
 // with an error wrapping sale.ErrInvalid, applying nothing: validate first.
 //
@@ -53,7 +63,16 @@ func (s *pgStore) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]Outc
 		return nil, fmt.Errorf("orderstore: apply batch: %w", err)
 	}
 	uniq, idx := dedupe(rs)
-	got, err := s.applyUnique(ctx, uniq)
+	var (
+		got []Outcome
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		got, err = s.applyUnique(ctx, uniq)
+		if !pgKeyConflict(err) || attempt == keyConflictAttempts {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("orderstore: apply batch of %d: %w", len(rs), err)
 	}
@@ -105,6 +124,23 @@ INSERT INTO orders (order_id, sku_id, user_id, quantity, status, fail_reason, id
     expires_at, cancel_reason, cancelled_at)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::timestamptz[],
     $9::timestamptz[], $10::text[], $11::timestamptz[])`
+
+// Run after lockStockSQL, like liveHeldSQL: every writer of a live order
+// with a key holds the SKU's row lock, so this sees every order the keys
+// made. $1-$3 are the (sku, user, key) triples of the batch.
+const keyOwnersSQL = `
+SELECT o.sku_id, o.user_id, o.idempotency_key, o.order_id
+FROM orders o
+WHERE o.idempotency_key IS NOT NULL
+  AND (o.sku_id, o.user_id, o.idempotency_key) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))`
+
+// pgKeyConflict reports whether err is the unique index on orders'
+// Idempotency-Keys refusing a row (a key committed by a transaction that did
+// not hold the SKU's row lock): the apply runs again and sees it.
+func pgKeyConflict(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "orders_idempotency_idx"
+}
 
 // Cancellations requested while the order was queued (see RequestCancel).
 const cancelRequestsSQL = `SELECT order_id, user_id FROM cancel_requests WHERE order_id = ANY($1::text[])`
@@ -208,6 +244,21 @@ func (s *pgStore) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]O
 			return err
 		})
 	}
+	owners := make(map[idemKey]string)
+	if keys := keyedOf(uniq); len(keys) > 0 {
+		ks, us, vs := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+		for i, k := range keys {
+			ks[i], us[i], vs[i] = k.SKU, k.User, k.Key
+		}
+		b.Queue(keyOwnersSQL, ks, us, vs).Query(func(rows pgx.Rows) error {
+			var (
+				k  idemKey
+				id string
+			)
+			_, err := pgx.ForEachRow(rows, []any{&k.SKU, &k.User, &k.Key, &id}, func() error { owners[k] = id; return nil })
+			return err
+		})
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("read orders and lock inventory: %w", err)
 	}
@@ -219,27 +270,21 @@ func (s *pgStore) applyUnique(ctx context.Context, uniq []sale.Reservation) ([]O
 		}
 	}
 
+	withKeyOwners(prior, uniq, owners)
+
 	// A reservation its owner cancelled while it was queued lands cancelled:
 	// it takes no stock, and the gate gives its units back (redis_restores).
-	var toAllocate []sale.Reservation
+	// One whose Idempotency-Key already made an order is refused.
 	var cancelledIDs []string
+	cancelled := func(r sale.Reservation) bool { u, ok := cancelBy[r.OrderID]; return ok && u == r.User }
 	for _, r := range fresh {
-		if u, ok := cancelBy[r.OrderID]; ok && u == r.User {
+		if cancelled(r) {
 			cancelledIDs = append(cancelledIDs, r.OrderID)
-			continue
 		}
-		toAllocate = append(toAllocate, r)
 	}
+	decided, toAllocate := decideKeys(fresh, owners, cancelled)
 	allocated, take := allocate(toAllocate, locked, held)
-	decided := make([]Outcome, len(fresh))
-	for i, j := 0, 0; i < len(fresh); i++ {
-		if u, ok := cancelBy[fresh[i].OrderID]; ok && u == fresh[i].User {
-			decided[i] = Outcome{OrderID: fresh[i].OrderID, Status: sale.StatusCancelled}
-			continue
-		}
-		decided[i] = allocated[j]
-		j++
-	}
+	mergeDecided(decided, allocated)
 	now := time.Now()
 	if len(fresh) > 0 {
 		b = &pgx.Batch{}
@@ -323,7 +368,7 @@ func (s *pgStore) orderColumns(rs []sale.Reservation, decided []Outcome, now tim
 		if decided[i].Reason != "" {
 			reasons[i] = &decided[i].Reason
 		}
-		if r.IdempotencyKey != "" {
+		if ownsKey(r, decided[i]) {
 			keys[i] = &rs[i].IdempotencyKey
 		}
 		created[i] = time.UnixMilli(r.AcceptedAt)
@@ -331,9 +376,11 @@ func (s *pgStore) orderColumns(rs []sale.Reservation, decided []Outcome, now tim
 	return []any{ids, skus, users, qty, statuses, reasons, keys, created, expires, cancelReasons, cancelledAt}
 }
 
+// The row carries the Idempotency-Key only if no order holds it yet.
 const insertDiscardedOrderSQL = `
 INSERT INTO orders (order_id, sku_id, user_id, quantity, status, fail_reason, idempotency_key, created_at)
-VALUES ($1, $2, $3, $4, 'failed', $5, $6, $7)`
+SELECT $1, $2, $3, $4, 'failed', $5,
+    CASE WHEN EXISTS (SELECT 1 FROM orders WHERE sku_id = $2 AND user_id = $3 AND idempotency_key = $6::text) THEN NULL ELSE $6::text END, $7`
 
 // Discard records r as failed with reason ReasonDiscarded (a process_log row
 // and a failed order row, in one transaction) so that it can never be applied

@@ -15,8 +15,8 @@ const insertOneProcessLogSQL = `INSERT INTO process_log (tx_id, sku_id) VALUES (
 
 const lockSKUForBuySQL = `SELECT ` + skuColumns + ` FROM inventory WHERE sku_id = $1 FOR UPDATE`
 
-// Served by orders_idempotency_idx (migration 00002). Keys are not unique in
-// the table (ApplyBatch records what the gate admitted): the oldest order wins.
+// Served by orders_idempotency_idx (unique since migration 00009; the ORDER
+// BY only matters for rows older than it).
 const orderByIdempotencyKeySQL = `
 SELECT ` + orderColumnList + `
 FROM orders
@@ -50,7 +50,8 @@ RETURNING ` + orderColumnList
 //   - r.IdempotencyKey set and an order of the same user and SKU in the
 //     database has it: that order, duplicate = true (a retry gets the same
 //     order even after the window closed; a reservation still queued
-//     upstream with that key is not seen);
+//     upstream with that key is not seen here: if it reaches the database
+//     later, ApplyBatch refuses it, duplicate_key);
 //   - the window at now: before starts_at sale.ErrSaleNotOpen, at or after
 //     ends_at sale.ErrSaleEnded;
 //   - the user's live units (pending_payment, paid) plus r.Quantity above
@@ -79,7 +80,12 @@ func (s *pgStore) BuyDirect(ctx context.Context, r sale.Reservation, now time.Ti
 	if r.IdempotencyKey != "" && !sale.ValidIdempotencyKey(r.IdempotencyKey) {
 		return sale.Order{}, false, fmt.Errorf("orderstore: buy: %w: bad idempotency key", sale.ErrInvalid)
 	}
-	order, duplicate, err = s.buyDirect(ctx, r, now)
+	for attempt := 1; ; attempt++ {
+		order, duplicate, err = s.buyDirect(ctx, r, now)
+		if !pgKeyConflict(err) || attempt == keyConflictAttempts {
+			break
+		}
+	}
 	if err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: buy %s (order %s): %w", r.SKU, r.OrderID, err)
 	}
@@ -169,7 +175,7 @@ func (s *pgStore) buyDirect(ctx context.Context, r sale.Reservation, now time.Ti
 	queueTransitions(b, []transition{{r: r, to: sale.StatusPendingPayment, cause: causeDirect, at: now}})
 	queueAudit(b, []auditRow{{sku: r.SKU, delta: -r.Quantity, reason: AuditDirectSale, orderID: r.OrderID, actor: "user:" + r.User, ip: r.ClientIP}})
 	// Owed to the gate: take these units and the buyer's slot in Redis too.
-	queueRestores(b, []Restore{{OrderID: DebitPrefix + r.OrderID, SKU: r.SKU, User: r.User, Quantity: -r.Quantity}})
+	queueRestores(b, []Restore{{OrderID: DebitPrefix + r.OrderID, SKU: r.SKU, User: r.User, Quantity: -r.Quantity, IdempotencyKey: r.IdempotencyKey}})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return sale.Order{}, false, fmt.Errorf("take stock and insert order: %w", err)
 	}

@@ -66,11 +66,15 @@ type Restore struct {
 	SKU      string
 	User     string
 	Quantity int64
+	// IdempotencyKey is, on a direct sale's debit, the key of its order
+	// (empty if none): the gate records that the key made the order, so a
+	// retry through the gate of any instance is answered with it.
+	IdempotencyKey string
 }
 
 const insertRestoresSQL = `
-INSERT INTO redis_restores (order_id, sku_id, user_id, quantity)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+INSERT INTO redis_restores (order_id, sku_id, user_id, quantity, idempotency_key)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[])
 ON CONFLICT (order_id) DO NOTHING`
 
 func queueRestores(b *pgx.Batch, rs []Restore) {
@@ -79,10 +83,11 @@ func queueRestores(b *pgx.Batch, rs []Restore) {
 	}
 	n := len(rs)
 	ids, skus, users, qty := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
+	keys := make([]*string, n)
 	for i, r := range rs {
-		ids[i], skus[i], users[i], qty[i] = r.OrderID, r.SKU, r.User, r.Quantity
+		ids[i], skus[i], users[i], qty[i], keys[i] = r.OrderID, r.SKU, r.User, r.Quantity, nullString(r.IdempotencyKey)
 	}
-	b.Queue(insertRestoresSQL, ids, skus, users, qty)
+	b.Queue(insertRestoresSQL, ids, skus, users, qty, keys)
 }
 
 const payOrderSQL = `
@@ -363,7 +368,7 @@ func (s *pgStore) RequestCancel(ctx context.Context, id, user string, now time.T
 	return o, true, err
 }
 
-const pendingRestoresSQL = `SELECT order_id, sku_id, user_id, quantity FROM redis_restores
+const pendingRestoresSQL = `SELECT order_id, sku_id, user_id, quantity, coalesce(idempotency_key, '') FROM redis_restores
 WHERE NOT (sku_id = ANY($2::text[])) ORDER BY created_at LIMIT $1`
 
 // PendingRestores returns up to limit Redis restores owed, oldest first,
@@ -378,7 +383,7 @@ func (s *pgStore) PendingRestores(ctx context.Context, limit int, skip ...string
 	}
 	var out []Restore
 	var r Restore
-	if _, err := pgx.ForEachRow(rows, []any{&r.OrderID, &r.SKU, &r.User, &r.Quantity}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&r.OrderID, &r.SKU, &r.User, &r.Quantity, &r.IdempotencyKey}, func() error {
 		out = append(out, r)
 		return nil
 	}); err != nil {

@@ -30,6 +30,21 @@ func (s *pgStore) Order(ctx context.Context, id string) (sale.Order, error) {
 	return o, nil
 }
 
+// OrderByKey returns the order user's Idempotency-Key key made on sku, as
+// the database knows it (one at most: orders_idempotency_idx), whatever its
+// status; none gives an error wrapping sale.ErrOrderNotFound. A reservation
+// still queued upstream is not seen.
+func (s *pgStore) OrderByKey(ctx context.Context, sku, user, key string) (sale.Order, error) {
+	o, err := scanOrder(s.pool.QueryRow(ctx, orderByIdempotencyKeySQL, sku, user, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sale.Order{}, fmt.Errorf("orderstore: order of key %q: %w", key, sale.ErrOrderNotFound)
+	}
+	if err != nil {
+		return sale.Order{}, fmt.Errorf("orderstore: order of key %q: %w", key, err)
+	}
+	return o, nil
+}
+
 // scanOrder scans the columns of orderColumnList. Times come back in UTC.
 func scanOrder(row scanner) (sale.Order, error) {
 	var (

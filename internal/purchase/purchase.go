@@ -39,6 +39,9 @@ type Notifier interface {
 // OrderReader reads orders from the database of record.
 type OrderReader interface {
 	Order(ctx context.Context, id string) (sale.Order, error)
+	// OrderByKey returns the order user's Idempotency-Key key made on sku
+	// (sale.ErrOrderNotFound if none).
+	OrderByKey(ctx context.Context, sku, user, key string) (sale.Order, error)
 }
 
 // Observer is told the outcome of every purchase (metrics); nil is fine.
@@ -209,6 +212,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	}
 	lkeys := limitKeys(req.SKU, req.User, ipKey)
 	if err := s.blocked(lkeys, ipKey, now); err != nil {
+		// A retry of a key that made an order gets it, not 429: one read.
+		if res, found := s.keyInGate(ctx, req, 0); found {
+			return res, nil
+		}
 		return Result{}, err
 	}
 	gen := s.soldOut.gen.Load()
@@ -252,6 +259,11 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		s.soldOut.set(r.SKU, so.Available, now, gen)
 		return Result{}, err
 	case errors.Is(err, errBreakerOpen):
+		// The key may have made a reservation still in flight in Redis,
+		// which the database does not know yet: ask Redis if it answers.
+		if res, found := s.keyInGate(ctx, req, fallbackKeyLookup); found {
+			return res, nil
+		}
 		res, err := s.guard.buyDirect(ctx, r, now)
 		if errors.Is(err, sale.ErrSoldOut) {
 			s.soldOut.set(r.SKU, 0, now, gen)
@@ -261,6 +273,13 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		return Result{}, err
 	case errors.Is(err, sale.ErrNotWarmed):
 		s.triggerLoad(r.SKU)
+		// A retry of a purchase that exists gets its order, not 503.
+		if res, found := s.keyInGate(ctx, req, 0); found {
+			return res, nil
+		}
+		if res, found := s.keyInDatabase(ctx, req); found {
+			return res, nil
+		}
 		return Result{}, fmt.Errorf("%w: sale %s is being loaded into redis, retry shortly", sale.ErrUnavailable, req.SKU)
 	case isBusiness(err):
 		return Result{}, err
@@ -279,6 +298,48 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	return Result{OrderID: gr.OrderID, Duplicate: gr.Duplicate, Status: sale.StatusQueued}, nil
+}
+
+// fallbackKeyLookup bounds the look-up of a key in Redis before a database
+// fallback sale: Redis is failing (the breaker is open), so a hung one must
+// not hold the fallback for the whole gate timeout.
+const fallbackKeyLookup = 100 * time.Millisecond
+
+// keyInGate returns the order req's Idempotency-Key made, as the gate's
+// idempotency hash records it (queued: it may still be in flight). found is
+// false when req has no key, the hash has none, or Redis cannot say (within
+// limit, if positive).
+func (s *Service) keyInGate(ctx context.Context, req Request, limit time.Duration) (Result, bool) {
+	if req.IdempotencyKey == "" {
+		return Result{}, false
+	}
+	if limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+	id, found, err := s.gate.Duplicate(ctx, req.SKU, req.User, req.IdempotencyKey)
+	if err != nil || !found {
+		return Result{}, false
+	}
+	return Result{OrderID: id, Duplicate: true, Status: sale.StatusQueued}, true
+}
+
+// keyInDatabase returns the order req's Idempotency-Key made, as the
+// database records it. found is false when req has no key, or the database
+// has no order with it or cannot say.
+func (s *Service) keyInDatabase(ctx context.Context, req Request) (Result, bool) {
+	if req.IdempotencyKey == "" || s.orders == nil {
+		return Result{}, false
+	}
+	o, err := s.orders.OrderByKey(ctx, req.SKU, req.User, req.IdempotencyKey)
+	if err != nil {
+		if !errors.Is(err, sale.ErrOrderNotFound) {
+			s.log.Warn("purchase: idempotency key look-up in the database", "sku_id", req.SKU, "err", err)
+		}
+		return Result{}, false
+	}
+	return Result{OrderID: o.ID, Duplicate: true, Status: o.Status}, true
 }
 
 // reserve calls the gate. A transport error means the outcome is unknown:

@@ -5,12 +5,14 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -259,6 +261,11 @@ func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f
 		units += r.Quantity
 		holdings[r.User] += r.Quantity
 	}
+	// Oldest first: of two in flight with one Idempotency-Key (made before
+	// the database refused doubles), the gate names the first.
+	slices.SortFunc(inflight, func(a, b sale.Reservation) int {
+		return cmp.Or(cmp.Compare(a.AcceptedAt, b.AcceptedAt), cmp.Compare(a.OrderID, b.OrderID))
+	})
 	// Negative when a decrement made outside the gate left fewer units than
 	// are in flight: the gate records the shortfall as debt.
 	avail := stock - units

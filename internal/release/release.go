@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/failpoint"
@@ -170,6 +171,10 @@ func (s *Service) restore(ctx context.Context, rs []orderstore.Restore) (int, []
 		rel := make([]stockgate.Release, len(list))
 		for i, r := range list {
 			rel[i] = stockgate.Release{OrderID: r.OrderID, User: r.User, Quantity: r.Quantity}
+			if r.IdempotencyKey != "" && strings.HasPrefix(r.OrderID, orderstore.DebitPrefix) {
+				// A direct sale: the gate learns that the key made this order.
+				rel[i].IdempotencyKey, rel[i].KeyOrderID = r.IdempotencyKey, strings.TrimPrefix(r.OrderID, orderstore.DebitPrefix)
+			}
 		}
 		_, err := s.gate.Restore(ctx, sku, rel)
 		switch {

@@ -8,6 +8,9 @@
 --   'a' applied in the database: the units stay sold; forget the reservation
 --   'f' refused by the database: give the units (paying any debt first, see
 --       debt.lua, run before this script) and the buyer's slot back
+--   'k' followed by an order id: refused because its Idempotency-Key had
+--       already made that order: as 'f', and the key now names that order
+--       (so a retry of the key is answered with the order the database kept)
 -- While the SKU is unloaded (fenced for a rebuild, or lost) only the entries
 -- are closed: the rebuild computes units and buyers from the database.
 -- Returns {closed_applied, compensated_units}
@@ -17,6 +20,15 @@ for i = 1, #ARGV, 2 do
   local id, outcome = ARGV[i], ARGV[i + 1]
   local payload = redis.call('HGET', KEYS[3], id)
   if payload then
+    local first = nil
+    if string.sub(outcome, 1, 1) == 'k' then
+      first, outcome = string.sub(outcome, 2), 'f'
+      local r = cjson.decode(payload)
+      local key = r['idempotency_key']
+      if type(key) == 'string' and key ~= '' and first ~= '' then
+        redis.call('HSET', KEYS[5], r['user_id'] .. '\0' .. key, first)
+      end
+    end
     if outcome == 'f' and loaded then
       local r = cjson.decode(payload)
       local qty = tonumber(r['quantity'])

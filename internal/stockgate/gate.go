@@ -286,6 +286,10 @@ type Outcome struct {
 	// Refused is true when the database refused it: its units and the buyer's
 	// slot go back to Redis.
 	Refused bool
+	// KeyOrderID, on a refusal because the reservation's Idempotency-Key had
+	// already made another order, is that order: the key is pointed at it,
+	// so a retry of the key is answered with the order the database kept.
+	KeyOrderID string
 }
 
 // Finalize closes reservations of sku the database has decided: applied ones
@@ -299,7 +303,10 @@ func (g *Gate) Finalize(ctx context.Context, sku string, outcomes []Outcome) (un
 	args := make([]string, 0, 2*len(outcomes))
 	for _, o := range outcomes {
 		flag := "a"
-		if o.Refused {
+		switch {
+		case o.Refused && o.KeyOrderID != "":
+			flag = "k" + o.KeyOrderID
+		case o.Refused:
 			flag = "f"
 		}
 		args = append(args, o.OrderID, flag)
@@ -679,6 +686,10 @@ type Release struct {
 	OrderID  string
 	User     string
 	Quantity int64
+	// IdempotencyKey is set on a direct sale's debit (Quantity < 0) whose
+	// order carries a key: Restore records that the key made KeyOrderID.
+	IdempotencyKey string
+	KeyOrderID     string
 }
 
 // Restore gives released orders' units and buyer slots back, once per order
@@ -704,6 +715,24 @@ func (g *Gate) Restore(ctx context.Context, sku string, rs []Release) (int64, er
 	}
 	if vals[0] == -2 {
 		return 0, sale.ErrNotWarmed
+	}
+	// A direct sale's key made its order: a retry through the gate of any
+	// instance is answered with it. Idempotent, so done on every call (also
+	// when the units were taken by an earlier one).
+	var idem []string
+	for _, r := range rs {
+		if r.IdempotencyKey != "" && r.KeyOrderID != "" {
+			idem = append(idem, r.User+"\x00"+r.IdempotencyKey, r.KeyOrderID)
+		}
+	}
+	if len(idem) > 0 {
+		cmd := g.c.B().Hset().Key(k.Idem).FieldValue()
+		for i := 0; i < len(idem); i += 2 {
+			cmd = cmd.FieldValue(idem[i], idem[i+1])
+		}
+		if err := g.c.Do(ctx, cmd.Build()).Error(); err != nil {
+			return 0, fmt.Errorf("stockgate: restore: recording idempotency keys: %w", err)
+		}
 	}
 	return vals[1], nil
 }

@@ -29,7 +29,9 @@
 --   {-6, sku_ms, user_ms, ip_ms}  rate limited: ms until each limit admits again (0 = it passed)
 -- Every request that passes the rate limits counts against them, whatever
 -- the outcome (a user stuck at limit_reached who keeps clicking is limited).
--- A repeat of an order id (the caller's retry after a lost reply) does not.
+-- A repeat of an order id (the caller's retry after a lost reply) does not,
+-- nor a client's retry of an Idempotency-Key that made an order: it gets that
+-- order back, never a rate-limit refusal.
 local qty = tonumber(ARGV[3])
 local now = tonumber(ARGV[4])
 if not qty or qty < 1 or qty ~= math.floor(qty) or not now or ARGV[1] == '' or ARGV[2] == '' then
@@ -40,6 +42,10 @@ if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
 end
 if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 or redis.call('HEXISTS', KEYS[5], '#' .. ARGV[1]) == 1 then
   return {2, ARGV[1]}
+end
+if ARGV[5] ~= '' then
+  local prev = redis.call('HGET', KEYS[5], ARGV[5])
+  if prev then return {2, prev} end
 end
 
 -- Rate limits: GCRA on Redis' clock (one clock for every instance). With
@@ -80,10 +86,6 @@ local function count()
   end
 end
 
-if ARGV[5] ~= '' then
-  local prev = redis.call('HGET', KEYS[5], ARGV[5])
-  if prev then count(); return {2, prev} end
-end
 local m = redis.call('HMGET', KEYS[1], 'avail', 'limit', 'starts', 'ends')
 local avail = tonumber(m[1])
 local limit = tonumber(m[2])

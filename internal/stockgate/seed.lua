@@ -14,7 +14,12 @@
 -- then L values: order ids whose release the available count already includes
 --   (recorded in rel, so the pending Redis restore of each is not applied again)
 -- then 2I values: pairs of (user NUL Idempotency-Key, order id) of live orders
--- then pairs of (order_id, reservation JSON) in flight, to (re)record in res
+--   (they replace what the hash held: the database's order is the one kept)
+-- then pairs of (order_id, reservation JSON) in flight, to (re)record in res;
+--   the Idempotency-Key of each is recorded too unless the hash holds it (the
+--   first pair with a key wins: the caller passes them oldest first), so that
+--   a retry after Redis lost its data is answered with the reservation its
+--   key made instead of making a second one
 -- Returns 1 if seeded, 0 if it was already loaded, -5 if the caller's lock
 -- expired or was taken over (nothing written).
 if ARGV[9] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[9] then
@@ -35,11 +40,16 @@ for _ = 1, l do
   i = i + 1
 end
 for _ = 1, ik do
-  redis.call('HSETNX', KEYS[5], ARGV[i], ARGV[i + 1])
+  redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
 while i < #ARGV do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  local r = cjson.decode(ARGV[i + 1])
+  local key = r['idempotency_key']
+  if type(key) == 'string' and key ~= '' then
+    redis.call('HSETNX', KEYS[5], r['user_id'] .. '\0' .. key, ARGV[i])
+  end
   i = i + 2
 end
 redis.call('HSETNX', KEYS[1], 'reserved', 0)

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// liveOrders returns the ids of user's live orders of sku (the users of
+// these tests buy only with their one key).
+func liveOrders(t *testing.T, h *harness, sku, user string) []string {
+	t.Helper()
+	db := h.a.store
+	rows, err := db.DB().QueryContext(context.Background(), db.Rebind(`SELECT order_id FROM orders
+WHERE sku_id = ? AND user_id = ? AND status IN ('pending_payment', 'paid') ORDER BY order_id`), sku, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// acceptInGate reserves one unit of sku for user with key straight in the
+// gate, as a first attempt the relay has not published yet (its answer lost
+// to the client): the reservation is in flight in Redis only.
+func acceptInGate(t *testing.T, h *harness, sku, user, key string) string {
+	t.Helper()
+	r := sale.Reservation{OrderID: uuid.Must(uuid.NewV7()).String(), SKU: sku, User: user, Quantity: 1,
+		AcceptedAt: time.Now().UnixMilli(), IdempotencyKey: key}
+	if res, err := h.a.gate.Reserve(context.Background(), r); err != nil || res.Duplicate {
+		t.Fatalf("first attempt of %s: %+v, %v", key, res, err)
+	}
+	return r.OrderID
+}
+
+// TestKeyAcrossTheFallback: a client retries one Idempotency-Key while the
+// circuit breaker around Redis is open and its first attempt is still in
+// flight in Redis. Exactly one live order per key results (I11), whichever
+// path served each attempt, and every later retry is answered with it:
+//   - k1: Redis hangs, so the retry cannot ask it: the database fallback
+//     sells; the first attempt, reaching the database later, is refused
+//     (duplicate_key) and its unit goes back;
+//   - k2: Redis answers again while the breaker is still open: the retry is
+//     answered with the reservation in flight, the fallback sells nothing.
+func TestKeyAcrossTheFallback(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	px := testenv.StartProxy(t, rs.Addr)
+	cfg := testConfig(t, "external",
+		"FLASHSALE_REDIS_URL", "redis://"+px.Addr()+"/0", "FLASHSALE_REDIS_TIMEOUT", "200ms",
+		"FLASHSALE_BREAKER_OPEN_FOR", "25s", "FLASHSALE_BREAKER_MIN_REQUESTS", "10",
+		"FLASHSALE_RELAY_GRACE", "30s", "FLASHSALE_REDIS_MONITOR_EVERY", "200ms")
+	h := newHarness(t, cfg)
+	h.mustPutSKU("f", 100, 2)
+
+	first1 := acceptInGate(t, h, "f", "alice", "k1")
+	first2 := acceptInGate(t, h, "f", "bob", "k2")
+
+	// Redis hangs: purchases time out until the breaker opens.
+	px.Blackhole()
+	deadline := time.Now().Add(15 * time.Second)
+	for i := 0; h.a.buy.BreakerState() != "open"; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker %s while redis hangs", h.a.buy.BreakerState())
+		}
+		var wg sync.WaitGroup
+		for j := range 6 {
+			wg.Go(func() { h.buy(fmt.Sprintf("opener-%d-%d", i, j), "f", 1, "") })
+		}
+		wg.Wait()
+	}
+	// A 503 (the database slow on a busy machine) is an unknown outcome: the
+	// client retries with the same key, as real clients do.
+	retry1 := h.buy("alice", "f", 1, "k1")
+	for i := 0; i < 5 && retry1.Status == http.StatusServiceUnavailable; i++ {
+		retry1 = h.buy("alice", "f", 1, "k1")
+	}
+	if retry1.Status != http.StatusAccepted {
+		t.Fatalf("k1's retry through the fallback: %d %s", retry1.Status, retry1.Raw)
+	}
+	kept1 := retry1.str("order_id")
+
+	// Redis answers again; the breaker stays open a while.
+	px.Restore()
+	if st := h.a.buy.BreakerState(); st != "open" {
+		t.Fatalf("breaker %s, want still open", st)
+	}
+	retry2 := h.buy("bob", "f", 1, "k2")
+	if retry2.Status != http.StatusAccepted || retry2.str("order_id") != first2 {
+		t.Errorf("k2's retry while the breaker is open and redis answers: %d %s, want the reservation in flight %s",
+			retry2.Status, retry2.Raw, first2)
+	}
+
+	// The breaker closes (Redis rebuilt), the first attempts reach the database.
+	deadline = time.Now().Add(60 * time.Second)
+	for h.a.buy.BreakerState() != "closed" && time.Now().Before(deadline) {
+		h.buy("late-buyer", "f", 1, "")
+		time.Sleep(100 * time.Millisecond)
+	}
+	settle(t, h.a, "f", []string{first1, first2, kept1}, 30*time.Second)
+	for _, c := range []struct{ user, key, want string }{{"alice", "k1", kept1}, {"bob", "k2", first2}} {
+		if live := liveOrders(t, h, "f", c.user); len(live) != 1 || live[0] != c.want {
+			t.Errorf("%s's key %s: live orders %v, want exactly [%s]", c.user, c.key, live, c.want)
+		}
+		r := h.buy(c.user, "f", 1, c.key)
+		if r.Status != http.StatusAccepted || r.str("order_id") != c.want {
+			t.Errorf("%s retrying %s through the gate: %d %s, want order %s", c.user, c.key, r.Status, r.Raw, c.want)
+		}
+	}
+	if kept1 != first1 {
+		o, err := h.a.store.Order(context.Background(), first1)
+		if err != nil || o.Status != sale.StatusFailed || o.FailReason != "duplicate_key" {
+			t.Errorf("k1's first attempt %s: %+v, %v; want failed, duplicate_key", first1, o, err)
+		}
+	}
+}
+
+// TestKeyRetryFindsItsOrder: a retry of an Idempotency-Key that made an
+// order gets that order back, not 429 while its user is rate limited, and
+// not 503 while the sale is being loaded into Redis (fenced for a rebuild).
+func TestKeyRetryFindsItsOrder(t *testing.T) {
+	cfg := testConfig(t, "embedded", "FLASHSALE_RATE_LIMIT_USER", "0.2", "FLASHSALE_RATE_LIMIT_USER_BURST", "1")
+	h := newHarness(t, cfg)
+	h.mustPutSKU("k", 10, 2)
+	first := h.buy("carol", "k", 1, "c1")
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("first attempt: %d %s", first.Status, first.Raw)
+	}
+	id := first.str("order_id")
+	other := h.buy("dave", "k", 1, "d1")
+	if other.Status != http.StatusAccepted {
+		t.Fatalf("dave's first attempt: %d %s", other.Status, other.Raw)
+	}
+	if r := h.buy("carol", "k", 1, ""); r.Status != http.StatusTooManyRequests {
+		t.Fatalf("a new purchase within the user's interval: %d %s, want 429", r.Status, r.Raw)
+	}
+	if r := h.buy("carol", "k", 1, "c1"); r.Status != http.StatusAccepted || r.str("order_id") != id {
+		t.Errorf("retry while rate limited: %d %s, want order %s", r.Status, r.Raw, id)
+	}
+	settle(t, h.a, "k", []string{id, other.str("order_id")}, 20*time.Second)
+	if err := h.a.gate.Fence(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	// dave is not rate limited here: what stood in the way was the fence.
+	if r := h.buy("dave", "k", 1, "d1"); r.Status != http.StatusAccepted || r.str("order_id") != other.str("order_id") {
+		t.Errorf("retry while the sale is being loaded: %d %s, want order %s", r.Status, r.Raw, other.str("order_id"))
+	}
+}
+
+// TestKeyFallbackThenAnotherInstance: instance a is cut off from Redis and
+// sells from the database (breaker open); the client's retry of the same
+// Idempotency-Key goes through instance b, whose gate is healthy. The direct
+// sale's key reaches the gate (its debit records it), so b answers with the
+// order a sold, and no second order is made.
+func TestKeyFallbackThenAnotherInstance(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	px := testenv.StartProxy(t, rs.Addr)
+	cfgA := testConfig(t, "external",
+		"FLASHSALE_REDIS_URL", "redis://"+px.Addr()+"/0", "FLASHSALE_REDIS_TIMEOUT", "200ms",
+		"FLASHSALE_BREAKER_OPEN_FOR", "30s", "FLASHSALE_BREAKER_MIN_REQUESTS", "10")
+	cfgB := cfgA
+	cfgB.RedisURL = rs.URL
+	a, b := newHarness(t, cfgA), newHarness(t, cfgB)
+	a.mustPutSKU("m", 50, 2)
+	if err := b.a.buy.Catalog.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	px.Cut()
+	deadline := time.Now().Add(15 * time.Second)
+	for i := 0; a.a.buy.BreakerState() != "open"; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker of a %s while its redis is cut off", a.a.buy.BreakerState())
+		}
+		var wg sync.WaitGroup
+		for j := range 6 {
+			wg.Go(func() { a.buy(fmt.Sprintf("opener-%d-%d", i, j), "m", 1, "") })
+		}
+		wg.Wait()
+	}
+	sold := a.buy("erin", "m", 1, "e1")
+	if sold.Status != http.StatusAccepted || sold.str("status") != string(sale.StatusPendingPayment) {
+		t.Fatalf("direct sale through a: %d %s", sold.Status, sold.Raw)
+	}
+	id := sold.str("order_id")
+	// b's restorer gives Redis the direct sale (the units and the key).
+	db := b.a.store
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		var n int
+		if err := db.DB().QueryRowContext(t.Context(), db.Rebind(`SELECT count(*) FROM redis_restores WHERE order_id = ?`), "sale-"+id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the direct sale's debit was not applied to redis")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r := b.buy("erin", "m", 1, "e1")
+	if r.Status != http.StatusAccepted || r.str("order_id") != id {
+		t.Errorf("retry through b's gate: %d %s, want the direct sale %s", r.Status, r.Raw, id)
+	}
+	settle(t, b.a, "m", []string{id}, 20*time.Second)
+	if live := liveOrders(t, b, "m", "erin"); len(live) != 1 || live[0] != id {
+		t.Errorf("erin's live orders %v, want exactly [%s]", live, id)
+	}
+}
