@@ -16,7 +16,7 @@ PKGS        ?= ./...
 # CHAOS_SHORT names the fault-suite scenarios `make test` runs on each
 # database (docs/faults.md): a comma list, `short` for the short set, empty
 # for none. CHAOS names those `make chaos` runs (default every one).
-CHAOS_SHORT ?= kill_before_relay,consumer_after_commit,redis_lost
+CHAOS_SHORT ?= short
 CHAOS       ?= all
 
 help: ## List the targets

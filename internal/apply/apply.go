@@ -148,9 +148,17 @@ func (c *Consumer) Run(ctx context.Context, cons jetstream.Consumer) {
 	}
 }
 
+// pullExpiry bounds how long one pull request waits on the broker.
+const pullExpiry = 5 * time.Second
+
 func (c *Consumer) worker(ctx context.Context, cons jetstream.Consumer) {
 	for ctx.Err() == nil {
-		it, err := cons.Messages(jetstream.PullMaxMessages(2 * c.cfg.Batch))
+		// A short pull expiry: a pull request parked on a broker that lost
+		// the consumer (restarted on an empty store) gets no answer, and the
+		// iterator only issues a new one when the old expires; with the
+		// default 30 s that is how long the consumer would sit idle after
+		// the consumer is re-created.
+		it, err := cons.Messages(jetstream.PullMaxMessages(2*c.cfg.Batch), jetstream.PullExpiry(pullExpiry))
 		if err != nil {
 			c.log.Warn("consumer: subscribe", "err", err)
 			sleep(ctx, time.Second)

@@ -45,7 +45,7 @@ var scenarios = []scenario{
 }
 
 // shortSet is the default of FLASHSALE_CHAOS=short: the scenarios CI runs.
-const shortSet = "kill_before_relay,consumer_after_commit,redis_lost,db_resets,pay_races_expiry"
+const shortSet = "kill_before_relay,consumer_after_commit,redis_lost,redis_hung,queue_store_lost,nats_restarted_empty,db_resets,key_retry_fallback,shared_prefix,pay_races_expiry"
 
 // result is one row of the table.
 type result struct {
@@ -531,10 +531,10 @@ func sharedPrefix(r *rig) {
 		if err := cb.PutSKU(r.ctx, r.sku, 300, 2); err != nil {
 			r.t.Log(err)
 		}
-	} else if exited, out := b.ExitedWith(0); exited {
+	} else if exited, out := b.ExitedWith(5 * time.Second); exited {
 		r.res.note = "second refused: " + lastLine(out)
 	} else {
-		r.res.fail("prefix: the second deployment neither refused nor became ready within 20 s")
+		r.res.fail("prefix: the second deployment neither refused nor became ready within 20 s: %v; log: %s", err, tail(b.Log(), 15))
 	}
 	Drive(r.ctx, c, Load{SKU: r.sku, Buyers: 500, Workers: 16, Rate: 200, TwoKeys: 7, DoubleClick: 5, Tries: 8, For: 20 * time.Second}, r.hist)
 	r.finish(c, time.Now())

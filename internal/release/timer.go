@@ -63,7 +63,7 @@ func (t *Timer) Handle(ctx context.Context, m jetstream.Msg) {
 // Run consumes until ctx ends.
 func (t *Timer) Run(ctx context.Context, cons jetstream.Consumer) {
 	for ctx.Err() == nil {
-		it, err := cons.Messages(jetstream.PullMaxMessages(500))
+		it, err := cons.Messages(jetstream.PullMaxMessages(500), jetstream.PullExpiry(5*time.Second)) // see apply's pullExpiry
 		if err != nil {
 			select {
 			case <-ctx.Done():
