@@ -66,8 +66,9 @@ func New(store Store, gate Gate, orders Orders, active func(string) bool, log *s
 // Pay records the payment of order id by its owner user (ref: the payment
 // provider's reference). Paying twice returns the same order. Errors:
 // sale.ErrOrderNotFound, sale.ErrOrderExpired (cancelled or timed out: the
-// caller refunds), sale.ErrOrderFailed, sale.ErrOrderQueued (not yet in the
-// database: retry shortly).
+// caller refunds; an order past its deadline that the timer has not yet
+// released is released here, before the answer), sale.ErrOrderFailed,
+// sale.ErrOrderQueued (not yet in the database: retry shortly).
 func (s *Service) Pay(ctx context.Context, user, id, ref string) (sale.Order, error) {
 	if !sale.ValidOrderID(id) {
 		return sale.Order{}, sale.ErrOrderNotFound
@@ -82,6 +83,20 @@ func (s *Service) Pay(ctx context.Context, user, id, ref string) (sale.Order, er
 		default:
 			// It landed between the two reads: pay it now.
 			o, _, err = s.store.Pay(ctx, id, user, ref, s.now())
+		}
+	}
+	if errors.Is(err, sale.ErrOrderExpired) && o.Status == sale.StatusPendingPayment {
+		// Past its deadline but not yet released by the timer or the
+		// sweeper: release it now, so that the order is cancelled when the
+		// payer hears order_expired (the same compare-and-set as the timer's:
+		// a release happens once, whoever asks).
+		if eo, released, eerr := s.store.Expire(ctx, id, s.now()); eerr == nil {
+			o = eo
+			if released {
+				s.Kick()
+			}
+		} else {
+			s.log.Warn("expire after a late pay", "order_id", id, "err", eerr)
 		}
 	}
 	return o, err
