@@ -167,7 +167,8 @@ func (e *envFlags) dur(p *time.Duration, name, env string, def time.Duration, us
 }
 
 // secretVar registers a string flag whose value -h never prints; p must
-// already hold the value from the environment (env), if any.
+// already hold the value from the environment (env), if any. A `word` in
+// usage names the value in -h (else it reads "value").
 func secretVar(fs *flag.FlagSet, p *string, name, env, usage string) {
 	state := "not set"
 	if *p != "" {
@@ -233,13 +234,13 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	}
 	fs.Usage = func() { commandUsage(fs, name) }
 	e.str(&c.HTTPAddr, "http-addr", "FLASHSALE_HTTP_ADDR", "127.0.0.1:8080", "HTTP listen address")
-	e.url(&c.DatabaseURL, "database-url", "FLASHSALE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable", "database URL: postgres://... or mysql://user:pass@host:3306/db (the database is created if missing)")
-	e.url(&c.RedisURL, "redis-url", "FLASHSALE_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
+	e.url(&c.DatabaseURL, "database-url", "FLASHSALE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable", "database `URL`: postgres://... or mysql://user:pass@host:3306/db (the database is created if missing)")
+	e.url(&c.RedisURL, "redis-url", "FLASHSALE_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis `URL`")
 	e.str(&c.RedisPrefix, "redis-prefix", "FLASHSALE_REDIS_PREFIX", "fs", "prefix of every Redis key")
-	e.url(&c.NATSURL, "nats-url", "FLASHSALE_NATS_URL", "embedded", `"embedded" (in-process JetStream, one instance) or nats://host:port`)
+	e.url(&c.NATSURL, "nats-url", "FLASHSALE_NATS_URL", "embedded", "NATS `URL`: \"embedded\" (in-process JetStream, one instance) or nats://host:port")
 	e.str(&c.DataDir, "data-dir", "FLASHSALE_DATA_DIR", "./data", "directory of the embedded JetStream store")
-	e.secret(&c.AdminToken, "admin-token", "FLASHSALE_ADMIN_TOKEN", "bearer token of the admin API (admin API disabled when empty)")
-	e.secret(&c.UserTokenSecret, "user-token-secret", "FLASHSALE_USER_TOKEN_SECRET", "HS256 secret of user tokens (required)")
+	e.secret(&c.AdminToken, "admin-token", "FLASHSALE_ADMIN_TOKEN", "bearer `token` of the admin API (admin API disabled when empty)")
+	e.secret(&c.UserTokenSecret, "user-token-secret", "FLASHSALE_USER_TOKEN_SECRET", "HS256 `secret` of user tokens (required)")
 	e.int(&c.DBMaxConns, "db-max-conns", "FLASHSALE_DB_MAX_CONNS", 16, "database pool size")
 	e.int(&c.ApplyBatch, "apply-batch", "FLASHSALE_APPLY_BATCH", 1000, "most reservations applied in one database transaction")
 	e.int(&c.ApplyWorkers, "apply-workers", "FLASHSALE_APPLY_WORKERS", 2, "concurrent batch appliers per instance")
@@ -261,11 +262,11 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.MonitorEvery, "redis-monitor-every", "FLASHSALE_REDIS_MONITOR_EVERY", time.Second, "how often the Redis run id is checked (a restart triggers a rebuild from the database)")
 	e.dur(&c.StreamAck, "stream-ack-timeout", "FLASHSALE_STREAM_ACK_TIMEOUT", 250*time.Millisecond, "a purchase waits this long for the stream's ack before answering 202 (0: answer once Redis accepted; the outbox delivers)")
 	e.dur(&c.PaymentTimeout, "payment-timeout", "FLASHSALE_PAYMENT_TIMEOUT", 15*time.Minute, "an unpaid order is cancelled and its stock released this long after it was accepted")
-	e.secret(&c.PaymentSecret, "payment-secret", "FLASHSALE_PAYMENT_SECRET", "HMAC-SHA256 secret of payment-provider callbacks (callback route disabled when empty)")
+	e.secret(&c.PaymentSecret, "payment-secret", "FLASHSALE_PAYMENT_SECRET", "HMAC-SHA256 `secret` of payment-provider callbacks (callback route disabled when empty)")
 	e.dur(&c.SweepEvery, "sweep-every", "FLASHSALE_SWEEP_EVERY", 5*time.Second, "period of the database sweeper that releases overdue orders (safety net of the delayed trigger)")
 	e.dur(&c.ReconcileEvery, "reconcile-every", "FLASHSALE_RECONCILE_EVERY", 5*time.Minute, "period of the reconciler (one instance at a time, under a lease)")
 	e.int(&c.ReconcileLimit, "reconcile-threshold", "FLASHSALE_RECONCILE_THRESHOLD", 2, "largest drift (units, seen twice) the reconciler corrects itself; above it alerts and leaves Redis alone")
-	e.secret(&c.AlertWebhook, "alert-webhook-url", "FLASHSALE_ALERT_WEBHOOK_URL", "URL that receives reconcile alerts as JSON POSTs (optional)")
+	e.secret(&c.AlertWebhook, "alert-webhook-url", "FLASHSALE_ALERT_WEBHOOK_URL", "`URL` that receives reconcile alerts as JSON POSTs (optional)")
 	e.str(&c.Failpoints, "failpoints", "FLASHSALE_FAILPOINTS", "", "crash sites for fault tests only (name=exit|hang,...)")
 	e.str(&c.PurchaseStrategy, "purchase-strategy", "FLASHSALE_PURCHASE_STRATEGY", "pipeline", "pipeline, or a comparison strategy selling straight from the database: db-conditional, db-pessimistic, db-optimistic, redis-lock")
 	c.Protect.flags(e)

@@ -111,6 +111,6 @@ func adminFlags(fs *flag.FlagSet, getenv func(string) string) (url, token *strin
 	}
 	url = fs.String("url", def, "base URL of a running flashsale ($FLASHSALE_URL)")
 	tok := getenv("FLASHSALE_ADMIN_TOKEN")
-	secretVar(fs, &tok, "admin-token", "FLASHSALE_ADMIN_TOKEN", "admin token")
+	secretVar(fs, &tok, "admin-token", "FLASHSALE_ADMIN_TOKEN", "admin `token`")
 	return url, &tok
 }
