@@ -142,6 +142,9 @@ func (c curlCmd) do(t *testing.T) (int, map[string]any) {
 // (202). The background buyers never touch the printed sale: several
 // restock periods later it still has exactly the units the commands left.
 func TestDemoCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo through several 3 s restock periods")
+	}
 	redisURL, prefix := testenv.Redis(t)
 	args := []string{"demo", "-buyers", "40", "-stock", "10", "-concurrency", "4",
 		"-http-addr", "127.0.0.1:0", "-data-dir", t.TempDir(),
