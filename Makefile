@@ -69,8 +69,8 @@ alerts: ## Check and unit-test the Prometheus alert rules (promtool)
 bench: ## Run every benchmark once (-benchtime 1x)
 	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
 
-run: ## Ensure services, then run the demo (go run ./cmd/flashsale demo)
-	scripts/ensure-services.sh
+run: ## Ensure what running needs (PostgreSQL, Redis: ensure-services.sh --run), then run the demo (go run ./cmd/flashsale demo)
+	scripts/ensure-services.sh --run
 	$(GO) run ./cmd/flashsale demo
 
 ci: ## What CI runs: vet, test, bench once

@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
-# ensure-services.sh makes sure the services flashsale's tests talk to are
-# installed and answering: PostgreSQL on 127.0.0.1:5432 (trust auth for local
-# TCP, so `psql -h 127.0.0.1 -U postgres` needs no password), Redis on
-# 127.0.0.1:6379 and MariaDB on 127.0.0.1:3306 (root, no password), plus the
-# redis-server and mariadbd binaries (tests start private ones), promtool and
-# chromium.
+# ensure-services.sh makes sure the services flashsale talks to are installed
+# and answering.
+#
+#   scripts/ensure-services.sh          what the tests need (make test, CI):
+#       PostgreSQL on 127.0.0.1:5432 (trust auth for local TCP, so
+#       `psql -h 127.0.0.1 -U postgres` needs no password), Redis on
+#       127.0.0.1:6379 and MariaDB on 127.0.0.1:3306 (root, no password),
+#       plus the redis-server and mariadbd binaries (tests start private
+#       ones), promtool (alert rules) and chromium (dashboard tests).
+#   scripts/ensure-services.sh --run    what running flashsale needs (make run):
+#       PostgreSQL and Redis only, as above; the database is skipped when
+#       FLASHSALE_DATABASE_URL is set (your own server), Redis when
+#       FLASHSALE_REDIS_URL is set. No MariaDB, promtool or chromium.
 # NATS is not needed: tests and the service embed nats-server in-process.
 #
-# Idempotent: when everything already answers it only checks and exits.
-# Meant for CI and dev boxes (it may install packages and edit pg_hba.conf);
-# run it as root, or as a user with passwordless sudo.
+# Idempotent: when everything already answers it only checks and exits, and
+# needs no privileges. Otherwise it installs what is missing with apt-get,
+# starts what is stopped and, only when loopback logins to PostgreSQL ask for
+# a password (a fresh Debian/Ubuntu install), puts two trust lines for
+# 127.0.0.1 and ::1 at the top of pg_hba.conf (marked "# flashsale"); for
+# that it needs root or passwordless sudo.
 #
 # Environment overrides (defaults are the machine's shared services):
 #   PG_HOST=127.0.0.1 PG_PORT=5432 PG_CLUSTER=main PG_VERSION=<newest installed>
 #   REDIS_PORT=6379 REDIS_DIR=/var/lib/redis REDIS_LOGFILE=/var/log/redis/ci.log
 #   ENSURE_SERVICES_TIMEOUT=60   seconds to wait for each service to answer
 #   MARIADB_PORT=3306
-#   ENSURE_MARIADB=0             skip MariaDB (ensured by default)
+#   ENSURE_MARIADB=0             skip MariaDB (ensured by default, never with --run)
 #   ENSURE_SERVICES_LOCK=/tmp/flashsale-ensure-services.lock
 #
 # The script can be sourced (functions only, nothing runs) to test one part.
@@ -270,6 +280,30 @@ ensure_tools() {
 }
 
 main() {
+	local mode=test
+	case ${1:-} in
+	"") ;;
+	--run) mode=run ;;
+	-h | --help)
+		sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
+		return 0
+		;;
+	*) die "unknown argument $1 (usage: ensure-services.sh [--run])" ;;
+	esac
+	if [[ $mode == run ]]; then
+		if [[ -n ${FLASHSALE_DATABASE_URL:-} ]]; then
+			log "FLASHSALE_DATABASE_URL is set: using that database, not ensuring PostgreSQL"
+		else
+			ensure_postgres
+		fi
+		if [[ -n ${FLASHSALE_REDIS_URL:-} ]]; then
+			log "FLASHSALE_REDIS_URL is set: using that Redis, not ensuring one"
+		else
+			ensure_redis
+		fi
+		log "services for running flashsale ready"
+		return 0
+	fi
 	ensure_tools
 	ensure_postgres
 	ensure_redis

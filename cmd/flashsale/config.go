@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -61,13 +63,51 @@ type envFlags struct {
 	fs     *flag.FlagSet
 	getenv func(string) string
 	err    error
+	// only names the settings registered as flags (commandFlags); nil: all.
+	// A setting left out still takes its value from the environment or its
+	// default, so the command behaves the same, it just does not offer it.
+	only map[string]bool
 }
+
+// commandFlags names the settings a subcommand offers as flags, for those
+// that use only a few of them; serve, demo and bench (which run the
+// service) offer every one.
+var commandFlags = map[string][]string{
+	"migrate": {"database-url", "log-level", "log-format"},
+	"token":   {"user-token-secret"},
+}
+
+func (e *envFlags) wants(name string) bool { return e.only == nil || e.only[name] }
 
 func (e *envFlags) str(p *string, name, env, def, usage string) {
 	if v := e.getenv(env); v != "" {
 		def = v
 	}
-	e.fs.StringVar(p, name, def, usage+" ($"+env+")")
+	*p = def
+	if e.wants(name) {
+		e.fs.StringVar(p, name, def, usage+" ($"+env+")")
+	}
+}
+
+// secret is str for a value that is never printed: -h says whether it is
+// set from the environment, not what it is.
+func (e *envFlags) secret(p *string, name, env, usage string) {
+	*p = e.getenv(env)
+	if e.wants(name) {
+		secretVar(e.fs, p, name, env, usage)
+	}
+}
+
+// url is str for a URL whose password -h must not print (it shows the
+// URL with the password replaced by xxxxx).
+func (e *envFlags) url(p *string, name, env, def, usage string) {
+	if v := e.getenv(env); v != "" {
+		def = v
+	}
+	*p = def
+	if e.wants(name) {
+		e.fs.Var(&urlValue{p}, name, usage+" ($"+env+")")
+	}
 }
 
 func (e *envFlags) int(p *int, name, env string, def int, usage string) {
@@ -78,7 +118,10 @@ func (e *envFlags) int(p *int, name, env string, def int, usage string) {
 		}
 		def = n
 	}
-	e.fs.IntVar(p, name, def, usage+" ($"+env+")")
+	*p = def
+	if e.wants(name) {
+		e.fs.IntVar(p, name, def, usage+" ($"+env+")")
+	}
 }
 
 func (e *envFlags) float(p *float64, name, env string, def float64, usage string) {
@@ -89,7 +132,10 @@ func (e *envFlags) float(p *float64, name, env string, def float64, usage string
 		}
 		def = f
 	}
-	e.fs.Float64Var(p, name, def, usage+" ($"+env+")")
+	*p = def
+	if e.wants(name) {
+		e.fs.Float64Var(p, name, def, usage+" ($"+env+")")
+	}
 }
 
 func (e *envFlags) bool(p *bool, name, env string, def bool, usage string) {
@@ -100,7 +146,10 @@ func (e *envFlags) bool(p *bool, name, env string, def bool, usage string) {
 		}
 		def = b
 	}
-	e.fs.BoolVar(p, name, def, usage+" ($"+env+")")
+	*p = def
+	if e.wants(name) {
+		e.fs.BoolVar(p, name, def, usage+" ($"+env+")")
+	}
 }
 
 func (e *envFlags) dur(p *time.Duration, name, env string, def time.Duration, usage string) {
@@ -111,7 +160,64 @@ func (e *envFlags) dur(p *time.Duration, name, env string, def time.Duration, us
 		}
 		def = d
 	}
-	e.fs.DurationVar(p, name, def, usage+" ($"+env+")")
+	*p = def
+	if e.wants(name) {
+		e.fs.DurationVar(p, name, def, usage+" ($"+env+")")
+	}
+}
+
+// secretVar registers a string flag whose value -h never prints; p must
+// already hold the value from the environment (env), if any. A `word` in
+// usage names the value in -h (else it reads "value").
+func secretVar(fs *flag.FlagSet, p *string, name, env, usage string) {
+	state := "not set"
+	if *p != "" {
+		state = "set, not shown"
+	}
+	fs.Var(&secretValue{p}, name, usage+" ($"+env+": "+state+")")
+}
+
+// secretValue is a flag.Value that never shows its value (the flag package
+// prints String() as the default in -h).
+type secretValue struct{ p *string }
+
+func (v *secretValue) String() string { return "" }
+
+func (v *secretValue) Set(s string) error { *v.p = s; return nil }
+
+// urlValue is a flag.Value that shows its URL with the password redacted.
+type urlValue struct{ p *string }
+
+func (v *urlValue) String() string {
+	if v == nil || v.p == nil {
+		return ""
+	}
+	return hidePassword(*v.p)
+}
+
+func (v *urlValue) Set(s string) error { *v.p = s; return nil }
+
+var (
+	dsnPassword  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+	userPassword = regexp.MustCompile(`^([^:@/]*):[^@]*@`)
+)
+
+// hidePassword replaces the password of a database, Redis or NATS URL (or of a
+// PostgreSQL keyword/value or MySQL DSN) with xxxxx.
+func hidePassword(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.User != nil {
+		if _, has := u.User.Password(); has {
+			return u.Redacted()
+		}
+		return s
+	}
+	if dsnPassword.MatchString(s) {
+		return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
+	}
+	if !strings.Contains(s, "://") {
+		return userPassword.ReplaceAllString(s, "${1}:xxxxx@")
+	}
+	return s
 }
 
 // parseConfig reads flags (args) over environment variables over defaults.
@@ -120,14 +226,21 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(out)
 	e := &envFlags{fs: fs, getenv: getenv}
+	if names, ok := commandFlags[name]; ok {
+		e.only = map[string]bool{}
+		for _, n := range names {
+			e.only[n] = true
+		}
+	}
+	fs.Usage = func() { commandUsage(fs, name) }
 	e.str(&c.HTTPAddr, "http-addr", "FLASHSALE_HTTP_ADDR", "127.0.0.1:8080", "HTTP listen address")
-	e.str(&c.DatabaseURL, "database-url", "FLASHSALE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable", "database URL: postgres://... or mysql://user:pass@host:3306/db (the database is created if missing)")
-	e.str(&c.RedisURL, "redis-url", "FLASHSALE_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
+	e.url(&c.DatabaseURL, "database-url", "FLASHSALE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable", "database `URL`: postgres://... or mysql://user:pass@host:3306/db (the database is created if missing)")
+	e.url(&c.RedisURL, "redis-url", "FLASHSALE_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis `URL`")
 	e.str(&c.RedisPrefix, "redis-prefix", "FLASHSALE_REDIS_PREFIX", "fs", "prefix of every Redis key")
-	e.str(&c.NATSURL, "nats-url", "FLASHSALE_NATS_URL", "embedded", `"embedded" (in-process JetStream, one instance) or nats://host:port`)
+	e.url(&c.NATSURL, "nats-url", "FLASHSALE_NATS_URL", "embedded", "NATS `URL`: \"embedded\" (in-process JetStream, one instance) or nats://host:port")
 	e.str(&c.DataDir, "data-dir", "FLASHSALE_DATA_DIR", "./data", "directory of the embedded JetStream store")
-	e.str(&c.AdminToken, "admin-token", "FLASHSALE_ADMIN_TOKEN", "", "bearer token of the admin API (admin API disabled when empty)")
-	e.str(&c.UserTokenSecret, "user-token-secret", "FLASHSALE_USER_TOKEN_SECRET", "", "HS256 secret of user tokens (required)")
+	e.secret(&c.AdminToken, "admin-token", "FLASHSALE_ADMIN_TOKEN", "bearer `token` of the admin API (admin API disabled when empty)")
+	e.secret(&c.UserTokenSecret, "user-token-secret", "FLASHSALE_USER_TOKEN_SECRET", "HS256 `secret` of user tokens (required)")
 	e.int(&c.DBMaxConns, "db-max-conns", "FLASHSALE_DB_MAX_CONNS", 16, "database pool size")
 	e.int(&c.ApplyBatch, "apply-batch", "FLASHSALE_APPLY_BATCH", 1000, "most reservations applied in one database transaction")
 	e.int(&c.ApplyWorkers, "apply-workers", "FLASHSALE_APPLY_WORKERS", 2, "concurrent batch appliers per instance")
@@ -149,11 +262,11 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.MonitorEvery, "redis-monitor-every", "FLASHSALE_REDIS_MONITOR_EVERY", time.Second, "how often the Redis run id is checked (a restart triggers a rebuild from the database)")
 	e.dur(&c.StreamAck, "stream-ack-timeout", "FLASHSALE_STREAM_ACK_TIMEOUT", 250*time.Millisecond, "a purchase waits this long for the stream's ack before answering 202 (0: answer once Redis accepted; the outbox delivers)")
 	e.dur(&c.PaymentTimeout, "payment-timeout", "FLASHSALE_PAYMENT_TIMEOUT", 15*time.Minute, "an unpaid order is cancelled and its stock released this long after it was accepted")
-	e.str(&c.PaymentSecret, "payment-secret", "FLASHSALE_PAYMENT_SECRET", "", "HMAC-SHA256 secret of payment-provider callbacks (callback route disabled when empty)")
+	e.secret(&c.PaymentSecret, "payment-secret", "FLASHSALE_PAYMENT_SECRET", "HMAC-SHA256 `secret` of payment-provider callbacks (callback route disabled when empty)")
 	e.dur(&c.SweepEvery, "sweep-every", "FLASHSALE_SWEEP_EVERY", 5*time.Second, "period of the database sweeper that releases overdue orders (safety net of the delayed trigger)")
 	e.dur(&c.ReconcileEvery, "reconcile-every", "FLASHSALE_RECONCILE_EVERY", 5*time.Minute, "period of the reconciler (one instance at a time, under a lease)")
 	e.int(&c.ReconcileLimit, "reconcile-threshold", "FLASHSALE_RECONCILE_THRESHOLD", 2, "largest drift (units, seen twice) the reconciler corrects itself; above it alerts and leaves Redis alone")
-	e.str(&c.AlertWebhook, "alert-webhook-url", "FLASHSALE_ALERT_WEBHOOK_URL", "", "URL that receives reconcile alerts as JSON POSTs (optional)")
+	e.secret(&c.AlertWebhook, "alert-webhook-url", "FLASHSALE_ALERT_WEBHOOK_URL", "`URL` that receives reconcile alerts as JSON POSTs (optional)")
 	e.str(&c.Failpoints, "failpoints", "FLASHSALE_FAILPOINTS", "", "crash sites for fault tests only (name=exit|hang,...)")
 	e.str(&c.PurchaseStrategy, "purchase-strategy", "FLASHSALE_PURCHASE_STRATEGY", "pipeline", "pipeline, or a comparison strategy selling straight from the database: db-conditional, db-pessimistic, db-optimistic, redis-lock")
 	c.Protect.flags(e)
@@ -166,7 +279,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, e.err
 	}
 	if err := fs.Parse(args); err != nil {
-		return c, errUsage
+		return c, parseError(err)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())

@@ -35,7 +35,8 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	if cfg.UserTokenSecret == "" {
+	secretFromEnv := cfg.UserTokenSecret != ""
+	if !secretFromEnv {
 		cfg.UserTokenSecret = randomHex(16)
 	}
 	if cfg.AdminToken == "" {
@@ -68,20 +69,22 @@ func runDemo(ctx context.Context, args []string, getenv func(string) string, std
 	base := "http://" + ln.Addr().String()
 
 	sku := fmt.Sprintf("demo-%d", time.Now().Unix())
-	err = demoSale(ctx, a, base, cfg, sku, buyers, stock, conc, stdout)
+	err = demoSale(ctx, a, base, cfg, sku, buyers, stock, conc, secretFromEnv, stdout)
 	if err != nil || exit {
 		stop()
 		<-served
 		return err
 	}
-	go demoTrickle(sctx, base, cfg, sku, stock)
+	live := sku + "-live"
+	go demoTrickle(sctx, base, cfg, live)
 	fmt.Fprintf(stdout, "\nDashboard: %s/dashboard/  (admin token: %s)\n", base, cfg.AdminToken)
-	fmt.Fprintln(stdout, "A trickle of buyers keeps the sale moving (6 units restocked every 3 s, for up to an hour).")
+	fmt.Fprintf(stdout, "A trickle of buyers keeps a second sale, %s, moving (6 units restocked every 3 s, for up to an hour);\n", live)
+	fmt.Fprintf(stdout, "it never touches %s, so the commands above work as printed.\n", sku)
 	fmt.Fprintln(stdout, "\nflashsale keeps serving; press Ctrl-C to stop.")
 	return <-served
 }
 
-func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, buyers, stock, conc int, out io.Writer) error {
+func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, buyers, stock, conc int, secretFromEnv bool, out io.Writer) error {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
 	body := fmt.Sprintf(`{"stock":%d,"per_user_limit":1,"ends_at":%q}`, stock, demoEnds(sku))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/admin/v1/skus/"+sku, bytes.NewBufferString(body))
@@ -180,11 +183,28 @@ func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, 
 		return fmt.Errorf("invariants violated: %v", rep.Violations)
 	}
 	fmt.Fprintln(out, "invariants hold: no oversell, no lost order, one order per buyer, nothing applied twice")
+	printTryIt(out, base, cfg, sku, stock, secretFromEnv)
+	return nil
+}
+
+// printTryIt prints the commands a newcomer can paste while the demo runs:
+// read the sale, restock it by 10 (a PUT keeps the sale's end), buy as
+// alice, and mint a token for any other buyer. The demo's own buyers never
+// touch this SKU afterwards, so each works as printed (TestDemoCommands
+// runs them).
+func printTryIt(out io.Writer, base string, cfg config, sku string, stock int, secretFromEnv bool) {
 	userTok, _ := httpapi.Sign(cfg.UserTokenSecret, "alice", 24*time.Hour)
 	fmt.Fprintf(out, "\nTry it:\n  curl %s/api/v1/skus/%s\n", base, sku)
-	fmt.Fprintf(out, "  curl -X PUT -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n       -d '{\"stock\":110,\"per_user_limit\":1}' %s/admin/v1/skus/%s   # restock 10\n", cfg.AdminToken, base, sku)
-	fmt.Fprintf(out, "  curl -X POST -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n       -d '{\"sku_id\":\"%s\",\"quantity\":1}' %s/api/v1/orders\n", userTok, sku, base)
-	return nil
+	fmt.Fprintf(out, "  curl -X PUT -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n       -d '{\"stock\":%d,\"per_user_limit\":1,\"ends_at\":\"%s\"}' %s/admin/v1/skus/%s   # restock 10\n",
+		cfg.AdminToken, stock+10, demoEnds(sku), base, sku)
+	fmt.Fprintf(out, "  curl -X POST -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n       -d '{\"sku_id\":\"%s\",\"quantity\":1}' %s/api/v1/orders   # buy as alice\n", userTok, sku, base)
+	if secretFromEnv {
+		fmt.Fprintln(out, "\nTokens for other buyers (signed with your $FLASHSALE_USER_TOKEN_SECRET):")
+		fmt.Fprintln(out, "  flashsale token -user bob")
+	} else {
+		fmt.Fprintln(out, "\nTokens for other buyers (this run's user-token secret is random; from the source tree use go run ./cmd/flashsale):")
+		fmt.Fprintf(out, "  flashsale token -user-token-secret %s -user bob\n", cfg.UserTokenSecret)
+	}
 }
 
 func demoBuy(ctx context.Context, hc *http.Client, base, tok, sku string) (code, orderID string) {
@@ -220,23 +240,20 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// demoTrickle keeps the demo sale moving after its burst, so the dashboard
-// has something to show: 6 more units every 3 s, and buyers arriving in
-// waves (from under one to four a second, one in five clicking again into
-// the per-user limit), so the stock builds up and sells out in turn. It
-// stops with ctx or after an hour.
-func demoTrickle(ctx context.Context, base string, cfg config, sku string, stock int) {
+// demoTrickle keeps a sale of its own (sku, created here) moving after the
+// burst, so the dashboard has something to show: 6 more units every 3 s,
+// and buyers arriving in waves (from under one to four a second, one in
+// five clicking again into the per-user limit), so the stock builds up and
+// sells out in turn. It never touches the sale whose commands the demo
+// printed: its absolute restocks would conflict with (or undo) a restock by
+// hand. It stops with ctx or after an hour.
+func demoTrickle(ctx context.Context, base string, cfg config, sku string) {
 	hc := &http.Client{Timeout: 5 * time.Second}
 	start := time.Now()
-	restocked := start
+	restocked := time.Time{}
+	stock := 0
 	tok := ""
 	for i := 0; time.Since(start) < time.Hour; i++ {
-		wave := 1 + 0.7*math.Sin(2*math.Pi*time.Since(start).Seconds()/40)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Duration(float64(400*time.Millisecond) / wave)):
-		}
 		if time.Since(restocked) >= 3*time.Second {
 			restocked = time.Now()
 			stock += 6
@@ -247,6 +264,12 @@ func demoTrickle(ctx context.Context, base string, cfg config, sku string, stock
 			if resp, err := hc.Do(req); err == nil {
 				resp.Body.Close()
 			}
+		}
+		wave := 1 + 0.7*math.Sin(2*math.Pi*time.Since(start).Seconds()/40)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(float64(400*time.Millisecond) / wave)):
 		}
 		if i%5 != 4 {
 			tok, _ = httpapi.Sign(cfg.UserTokenSecret, fmt.Sprintf("demo-trickle-%d", i), time.Hour)

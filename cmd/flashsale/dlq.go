@@ -26,7 +26,7 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return errUsage
+		return parseError(err)
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -110,6 +110,7 @@ func adminFlags(fs *flag.FlagSet, getenv func(string) string) (url, token *strin
 		def = "http://127.0.0.1:8080"
 	}
 	url = fs.String("url", def, "base URL of a running flashsale ($FLASHSALE_URL)")
-	token = fs.String("admin-token", getenv("FLASHSALE_ADMIN_TOKEN"), "admin token ($FLASHSALE_ADMIN_TOKEN)")
-	return url, token
+	tok := getenv("FLASHSALE_ADMIN_TOKEN")
+	secretVar(fs, &tok, "admin-token", "FLASHSALE_ADMIN_TOKEN", "admin `token`")
+	return url, &tok
 }

@@ -1,10 +1,11 @@
 // Command flashsale is the flash-sale inventory service: serve, migrate,
-// demo and token subcommands (see `flashsale help`).
+// demo, token, version and the other subcommands (see `flashsale help`).
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -24,7 +25,31 @@ func main() {
 	}
 }
 
+// errUsage is a usage error already explained on stderr (exit status 1).
 var errUsage = errors.New("usage")
+
+// parseError is what a subcommand returns for an error of fs.Parse: the flag
+// package has already printed it (or the help, for -h: flag.ErrHelp, which
+// run turns into success).
+func parseError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return flag.ErrHelp
+	}
+	return errUsage
+}
+
+// commandUsage is the -h text of a subcommand: what it does and its flags.
+func commandUsage(fs *flag.FlagSet, name string) {
+	w := fs.Output()
+	fmt.Fprintf(w, "Usage: flashsale %s [flags]\n", name)
+	for _, c := range commands() {
+		if c.name == name {
+			fmt.Fprintf(w, "\n%s\n", c.summary)
+		}
+	}
+	fmt.Fprintln(w, "\nFlags (each falls back to the environment variable it names):")
+	fs.PrintDefaults()
+}
 
 type command struct {
 	name, summary string
@@ -40,6 +65,7 @@ func commands() []command {
 		{"reconcile", "run one reconcile pass (Redis vs database) on a running instance and print the report", runReconcile},
 		{"dlq", "list, replay or discard dead letters through a running instance's admin API", runDLQ},
 		{"token", "print a user token (JWT, HS256) signed with FLASHSALE_USER_TOKEN_SECRET", runToken},
+		{"version", "print the build: module version, VCS commit, Go version", runVersion},
 		{"help", "list the subcommands", nil},
 	}
 }
@@ -55,7 +81,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	for _, c := range commands() {
 		if c.name == args[0] && c.run != nil {
-			return c.run(ctx, args[1:], getenv, stdout, stderr)
+			err := c.run(ctx, args[1:], getenv, stdout, stderr)
+			if errors.Is(err, flag.ErrHelp) {
+				return nil // -h: the help was asked for and printed
+			}
+			return err
 		}
 	}
 	fmt.Fprintf(stderr, "flashsale: unknown subcommand %q\n\n", args[0])

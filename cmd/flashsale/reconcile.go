@@ -18,7 +18,12 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 	fs.SetOutput(stderr)
 	url, token := adminFlags(fs, getenv)
 	asJSON := fs.Bool("json", false, "print the API's JSON")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+	fs.Usage = func() { commandUsage(fs, "reconcile") }
+	if err := fs.Parse(args); err != nil {
+		return parseError(err)
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
 		return errUsage
 	}
 	body, err := adminRequest(ctx, *url, *token, http.MethodPost, "/admin/v1/reconcile")

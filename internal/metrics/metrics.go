@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/buildinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -76,6 +77,12 @@ func New() *Metrics {
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 	})
 	r.MustRegister(m.deadLetters, m.breaker, m.breakerTrans, m.drift, m.alerts, m.gate)
+	bi := buildinfo.Get()
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "flashsale_build_info", Help: "Always 1; the labels name the running build: module version, VCS commit, Go version (\"devel\"/\"unknown\" when the build was not stamped).",
+	}, []string{"version", "commit", "goversion"})
+	build.WithLabelValues(bi.Version, bi.Commit, bi.GoVersion).Set(1)
+	r.MustRegister(build)
 	r.MustRegister(m.purchases, m.httpDuration, m.batchSize, m.batchTime, m.applied, m.batchErrors)
 	return m
 }
