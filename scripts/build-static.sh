@@ -17,4 +17,11 @@ if [ $# -ge 1 ]; then
 fi
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
-CGO_ENABLED=0 exec "$GO" build -trimpath -ldflags "-s -w ${EXTRA_LDFLAGS:-}" -o "$out" ./cmd/flashsale
+# A .git that git cannot read (a worktree's link copied into a build
+# context, git missing) would fail the build's VCS stamping: build without
+# the stamp instead.
+vcs=
+if [ -e .git ] && ! git rev-parse --git-dir >/dev/null 2>&1; then
+	vcs=-buildvcs=false
+fi
+CGO_ENABLED=0 exec "$GO" build $vcs -trimpath -ldflags "-s -w ${EXTRA_LDFLAGS:-}" -o "$out" ./cmd/flashsale
