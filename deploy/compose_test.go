@@ -195,7 +195,13 @@ func TestComposeCluster(t *testing.T) {
 	if !ok {
 		t.Fatal("no redis-cluster-init job")
 	}
-	script := strings.Join(init.Command, " ")
+	if !slices.Equal(init.Entrypoint, types.ShellCommand{"sh", "-ec"}) || len(init.Command) != 1 {
+		t.Fatalf("redis-cluster-init: entrypoint %q command %q, want sh -ec and one script", init.Entrypoint, init.Command)
+	}
+	script := init.Command[0]
+	if out, err := exec.Command("sh", "-n", "-c", script).CombinedOutput(); err != nil {
+		t.Errorf("redis-cluster-init's script does not parse: %v\n%s", err, out)
+	}
 	for _, w := range []string{"redis-cli --cluster create", "--cluster-replicas 1", "--cluster-yes"} {
 		if !strings.Contains(script, w) {
 			t.Errorf("redis-cluster-init does not run %q: %s", w, script)
