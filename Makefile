@@ -11,7 +11,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        ?= ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help build test test-postgres test-mysql test-short test-chaos-short chaos vet lint alerts bench run ci
+.PHONY: help build build-static test test-postgres test-mysql test-short test-chaos-short chaos vet lint alerts bench run ci
 
 # CHAOS_SHORT names the fault-suite scenarios `make test` runs on each
 # database (docs/faults.md): a comma list, `short` for the short set, empty
@@ -24,6 +24,9 @@ help: ## List the targets
 
 build: ## Build bin/flashsale
 	$(GO) build -o bin/flashsale ./cmd/flashsale
+
+build-static: ## Build the release binary bin/flashsale as the Dockerfile does (static, trimmed, stripped: scripts/build-static.sh)
+	GO=$(GO) scripts/build-static.sh bin/flashsale
 
 test: ## Ensure services and tools, check the alert rules, then run all tests with -race on PostgreSQL and on MariaDB (missing services fail), then the CHAOS_SHORT fault scenarios
 	scripts/ensure-services.sh

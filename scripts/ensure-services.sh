@@ -7,7 +7,8 @@
 #       `psql -h 127.0.0.1 -U postgres` needs no password), Redis on
 #       127.0.0.1:6379 and MariaDB on 127.0.0.1:3306 (root, no password),
 #       plus the redis-server and mariadbd binaries (tests start private
-#       ones), promtool (alert rules) and chromium (dashboard tests).
+#       ones), promtool (alert rules), chromium (dashboard tests) and
+#       haproxy (its configuration is checked with `haproxy -c`).
 #   scripts/ensure-services.sh --run    what running flashsale needs (make run):
 #       PostgreSQL and Redis only, as above; the database is skipped when
 #       FLASHSALE_DATABASE_URL is set (your own server), Redis when
@@ -267,16 +268,18 @@ ensure_mariadb() {
 }
 
 # ensure_tools installs the command-line tools the tests use: promtool (alert
-# rules) and chromium (the dashboard's browser tests).
+# rules), chromium (the dashboard's browser tests) and haproxy (the check of
+# deploy/haproxy/haproxy.cfg).
 ensure_tools() {
 	local missing=()
 	command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 	command -v chromium >/dev/null 2>&1 || [[ -x /usr/bin/chromium ]] || missing+=(chromium)
+	command -v haproxy >/dev/null 2>&1 || [[ -x /usr/sbin/haproxy ]] || missing+=(haproxy)
 	if ((${#missing[@]} > 0)); then
 		take_lock
 		apt_install "${missing[@]}"
 	fi
-	log "tools ready: promtool, chromium"
+	log "tools ready: promtool, chromium, haproxy"
 }
 
 main() {

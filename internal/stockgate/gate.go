@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -655,9 +656,34 @@ func (g *Gate) Expire(ctx context.Context, sku string, now time.Time, retention 
 }
 
 // RunID returns the Redis server's run id: it changes whenever the server
-// restarts, and a restarted server may have lost writes.
+// restarts, and a restarted server may have lost writes. On a Redis Cluster
+// it is every node's "addr=run_id", sorted by address: a keyless INFO goes
+// to an arbitrary node, so one node's id would change from call to call; the
+// whole list changes when any node restarts, is added, or replaces another
+// (a promoted replica may miss the last writes, too).
 func (g *Gate) RunID(ctx context.Context) (string, error) {
-	info, err := g.c.Do(ctx, g.c.B().Info().Section("server").Build()).ToString()
+	if g.c.Mode() != rueidis.ClientModeCluster {
+		return runID(ctx, g.c)
+	}
+	nodes := g.c.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for addr := range nodes {
+		addrs = append(addrs, addr)
+	}
+	sort.Strings(addrs)
+	ids := make([]string, len(addrs))
+	for i, addr := range addrs {
+		id, err := runID(ctx, nodes[addr])
+		if err != nil {
+			return "", fmt.Errorf("%w (node %s)", err, addr)
+		}
+		ids[i] = addr + "=" + id
+	}
+	return strings.Join(ids, ","), nil
+}
+
+func runID(ctx context.Context, c rueidis.Client) (string, error) {
+	info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
 	if err != nil {
 		return "", fmt.Errorf("stockgate: info: %w", err)
 	}

@@ -1,0 +1,117 @@
+package stockgate_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/flashsale/flashsale/internal/stockgate"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// startCluster starts a Redis Cluster of three primaries (no replicas) on
+// private redis-servers: slots split in three, nodes introduced by MEET.
+func startCluster(t *testing.T) []*testenv.RedisServer {
+	t.Helper()
+	ctx := context.Background()
+	var nodes []*testenv.RedisServer
+	for range 3 {
+		nodes = append(nodes, testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000"))
+	}
+	single := func(s *testenv.RedisServer) rueidis.Client {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	first := single(nodes[0])
+	for i, s := range nodes {
+		c := single(s)
+		lo, hi := i*16384/3, (i+1)*16384/3-1
+		if err := c.Do(ctx, c.B().ClusterAddslotsrange().StartSlotEndSlot().StartSlotEndSlot(int64(lo), int64(hi)).Build()).Error(); err != nil {
+			t.Fatalf("addslotsrange on %s: %v", s.Addr, err)
+		}
+		if i > 0 {
+			host, port, _ := strings.Cut(s.Addr, ":")
+			p, _ := strconv.ParseInt(port, 10, 64)
+			if err := first.Do(ctx, first.B().ClusterMeet().Ip(host).Port(p).Build()).Error(); err != nil {
+				t.Fatalf("meet %s: %v", s.Addr, err)
+			}
+		}
+	}
+	waitClusterOK(t, nodes)
+	return nodes
+}
+
+func waitClusterOK(t *testing.T, nodes []*testenv.RedisServer) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range nodes {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			info, err := c.Do(context.Background(), c.B().ClusterInfo().Build()).ToString()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster not ok on %s: %v %s", s.Addr, err, info)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		c.Close()
+	}
+}
+
+// TestRunIDCluster: on a Redis Cluster the run id the restart monitor
+// compares is stable while no node restarts (INFO alone goes to an
+// arbitrary node, whose run id differs from the last one's: every check
+// looked like a restart and rebuilt every sale), and changes when one does.
+func TestRunIDCluster(t *testing.T) {
+	nodes := startCluster(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{nodes[0].Addr, nodes[1].Addr, nodes[2].Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Mode() != rueidis.ClientModeCluster {
+		t.Fatalf("client mode %v, want cluster", c.Mode())
+	}
+	g := stockgate.New(c, "fs")
+	ctx := context.Background()
+	first, err := g.RunID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		got, err := g.RunID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != first {
+			t.Fatalf("call %d: run id %q, first %q: changed with no restart", i, got, first)
+		}
+	}
+
+	nodes[1].Restart()
+	waitClusterOK(t, nodes)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := g.RunID(ctx)
+		if err == nil && got != first {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run id %q (%v) after a node restarted, want a change from %q", got, err, first)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
