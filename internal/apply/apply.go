@@ -323,7 +323,7 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 		}
 		c.settled(rs[i].OrderID)
 		if err := m.Ack(); err != nil {
-			c.log.Warn("consumer: ack", "order_id", rs[i].OrderID, "err", err)
+			c.log.WarnContext(bctx, "consumer: ack", "order_id", rs[i].OrderID, "err", err)
 		}
 	}
 	c.observe(len(rs), applied, refused, dups, start, ferr)
