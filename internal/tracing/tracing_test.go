@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -132,5 +136,52 @@ func TestConfigCheck(t *testing.T) {
 	s, err := tracing.ParseSampler("always_off", "")
 	if err != nil || s.Description() != sdktrace.NeverSample().Description() {
 		t.Fatalf("always_off = %v, %v", s, err)
+	}
+}
+
+// TestOTLPExportAtShutdown: with the OTLP exporter, the endpoint and the
+// service name come from the standard variables, and the spans still
+// buffered reach the collector when the provider shuts down.
+func TestOTLPExportAtShutdown(t *testing.T) {
+	type post struct {
+		path, contentType string
+		body              []byte
+	}
+	got := make(chan post, 10)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- post{r.URL.Path, r.Header.Get("Content-Type"), b}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test-env")
+
+	tr, stop, err := tracing.Setup(context.Background(), tracing.Config{Exporter: tracing.ExporterOTLP, ServiceName: "flashsale-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tr.Start(context.Background(), "exported-span", trace.SpanKindInternal)
+	span.End()
+	select {
+	case p := <-got:
+		t.Fatalf("exported before shutdown (batched export expected): %s", p.path)
+	default:
+	}
+	if err := stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		if p.path != "/v1/traces" || p.contentType != "application/x-protobuf" {
+			t.Fatalf("export to %s as %s, want /v1/traces as protobuf", p.path, p.contentType)
+		}
+		for _, want := range []string{"exported-span", "flashsale-test", "test-env"} {
+			if !bytes.Contains(p.body, []byte(want)) {
+				t.Errorf("exported body lacks %q", want)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing exported at shutdown")
 	}
 }
