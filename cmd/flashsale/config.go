@@ -4,11 +4,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/flashsale/flashsale/internal/tracing"
 )
 
 // config is every setting of serve (and demo). Each flag falls back to an
@@ -51,6 +56,18 @@ type config struct {
 	Failpoints      string
 	LogLevel        string
 	LogFormat       string
+
+	// Tracing is the traces exporter (otlp or none), TraceServiceName,
+	// TraceSampler and TraceSamplerArg the OTEL_* settings read with it.
+	Tracing          string
+	TraceServiceName string
+	TraceSampler     string
+	TraceSamplerArg  string
+	// PprofAddr is the profiling listener's address ("" = off).
+	PprofAddr string
+
+	// spanExporter, if set (tests), receives the spans and turns tracing on.
+	spanExporter sdktrace.SpanExporter
 
 	// PurchaseStrategy is pipeline or a comparison strategy (flashsale bench).
 	PurchaseStrategy string
@@ -272,6 +289,11 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	c.Protect.flags(e)
 	e.str(&c.LogLevel, "log-level", "FLASHSALE_LOG_LEVEL", "info", "debug, info, warn or error")
 	e.str(&c.LogFormat, "log-format", "FLASHSALE_LOG_FORMAT", "text", "text or json")
+	e.str(&c.Tracing, "tracing", "FLASHSALE_TRACING", or(getenv("OTEL_TRACES_EXPORTER"), "none"), "traces exporter: none, or otlp (OTLP over HTTP to $OTEL_EXPORTER_OTLP_ENDPOINT); defaults to $OTEL_TRACES_EXPORTER")
+	e.str(&c.TraceServiceName, "trace-service-name", "OTEL_SERVICE_NAME", "flashsale", "service.name of the traces")
+	e.str(&c.TraceSampler, "trace-sampler", "OTEL_TRACES_SAMPLER", "parentbased_always_on", "trace sampler: always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio")
+	e.str(&c.TraceSamplerArg, "trace-sampler-arg", "OTEL_TRACES_SAMPLER_ARG", "", "probability of the ratio samplers, 0..1 (default 1)")
+	e.str(&c.PprofAddr, "pprof-addr", "FLASHSALE_PPROF_ADDR", "", "listen address of the profiling endpoints /debug/pprof/ (admin token required; empty: off), e.g. 127.0.0.1:6060")
 	if extra != nil {
 		extra(fs)
 	}
@@ -319,7 +341,40 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	if err := validStrategy(c.PurchaseStrategy); err != nil {
 		return c, fmt.Errorf("purchase-strategy: %w", err)
 	}
+	if err := c.tracing().Check(); err != nil {
+		return c, err
+	}
+	if c.Tracing == tracing.ExporterOTLP {
+		// The exporter speaks OTLP over HTTP only.
+		for _, env := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+			if v := getenv(env); v != "" && v != "http/protobuf" {
+				return c, fmt.Errorf("$%s: %q is not supported: flashsale exports traces as http/protobuf", env, v)
+			}
+		}
+	}
+	if c.PprofAddr != "" {
+		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil {
+			return c, fmt.Errorf("pprof-addr: %q is not host:port", c.PprofAddr)
+		}
+		if c.AdminToken == "" {
+			return c, fmt.Errorf("pprof-addr needs the admin token (FLASHSALE_ADMIN_TOKEN): the profiling endpoints require it")
+		}
+	}
 	return c, nil
+}
+
+// tracing is the tracing setup c describes.
+func (c config) tracing() tracing.Config {
+	return tracing.Config{Exporter: c.Tracing, ServiceName: c.TraceServiceName, Sampler: c.TraceSampler,
+		SamplerArg: c.TraceSamplerArg, SpanExporter: c.spanExporter}
+}
+
+// or returns v, or def when v is empty.
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }
 
 // backoff parses ApplyBackoff.

@@ -32,6 +32,7 @@ import (
 	"github.com/flashsale/flashsale/internal/release"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
+	"github.com/flashsale/flashsale/internal/tracing"
 )
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -52,7 +53,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		a.close()
 		return err
 	}
-	log.Info("flashsale serving", "addr", ln.Addr().String(), "nats", cfg.NATSURL)
+	if cfg.PprofAddr != "" {
+		// Its own listener: the profiling endpoints are never on the API's.
+		if a.pprofLn, err = net.Listen("tcp", cfg.PprofAddr); err != nil {
+			ln.Close()
+			a.close()
+			return fmt.Errorf("pprof-addr: %w", err)
+		}
+		fmt.Fprintf(stdout, "flashsale profiling on http://%s/debug/pprof/ (admin token required)\n", a.pprofLn.Addr())
+	}
+	log.Info("flashsale serving", "addr", ln.Addr().String(), "nats", cfg.NATSURL, "tracing", cfg.Tracing)
 	fmt.Fprintf(stdout, "flashsale listening on http://%s\n", ln.Addr())
 	return a.serve(ctx, ln)
 }
@@ -63,13 +73,19 @@ func newLogger(cfg config, w io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler
 	switch cfg.LogFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, fmt.Errorf("log-format must be text or json")
 	}
-	return nil, fmt.Errorf("log-format must be text or json")
+	if cfg.tracing().On() {
+		h = tracing.LogHandler(h) // trace_id and span_id on lines logged within a span
+	}
+	return slog.New(h), nil
 }
 
 // app is one running instance: every component wired, workers started.
@@ -90,6 +106,11 @@ type app struct {
 	sync       *reconcile.Syncer
 	metrics    *metrics.Metrics
 	handler    http.Handler
+	// tracer is nil with tracing off; traceStop flushes and stops it.
+	tracer    *tracing.Tracer
+	traceStop func(context.Context) error
+	// pprofLn, if set, is the profiling endpoints' own listener.
+	pprofLn net.Listener
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -114,6 +135,11 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	octx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 
+	tc := cfg.tracing()
+	tc.Log = log
+	if a.tracer, a.traceStop, err = tracing.Setup(octx, tc); err != nil {
+		return nil, err
+	}
 	if err = a.openStores(octx); err != nil {
 		return nil, err
 	}
@@ -146,7 +172,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		return nil, err
 	}
 
-	a.relay = relay.New(a.gate, a.queue, log, relay.Config{Grace: cfg.RelayGrace})
+	a.relay = relay.New(a.gate, a.queue, log, relay.Config{Grace: cfg.RelayGrace, Tracer: a.tracer})
 	cat := purchase.NewCatalog(a.store)
 	if err = cat.Refresh(octx); err != nil {
 		return nil, fmt.Errorf("loading sku catalog: %w", err)
@@ -158,7 +184,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		Catalog: cat, Gate: timeoutGate{a.gate, cfg.RedisTimeout, a.metrics}, Relay: a.relay, Orders: a.store,
 		Loader: a.sync, RebuildAll: a.rebuildAll, Log: log, Observer: a.metrics, Breaker: a.metrics,
 		StreamAck: cfg.StreamAck,
-		Limits:    cfg.Protect.limits(), Announcer: ann,
+		Limits:    cfg.Protect.limits(), Announcer: ann, Tracer: a.tracer,
 	}
 	if cfg.FallbackConc > 0 {
 		deps.Direct = a.store
@@ -211,6 +237,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		Overview:      a.overview,
 		Metrics:       promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
 		Observe:       a.metrics.HTTP,
+		Tracer:        a.tracer,
 		Ready: []httpapi.Checker{
 			// Purchases need the database (the record) and Redis or the database
 			// fallback; while the queue is out they wait in the Redis outbox.
@@ -230,7 +257,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.cancel = wcancel
 	backoff, _ := cfg.backoff()
 	consumer := apply.New(a.store, announcingGate{a.gate, ann}, a.queue, log, a.metrics, apply.Config{
-		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff})
+		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff, Tracer: a.tracer})
 	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
 	a.goRun(func() { a.relay.Run(wctx) })
 	a.goRun(func() { a.queue.RunEnsure(wctx, time.Second, log) })
@@ -414,6 +441,18 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	var prof *http.Server
+	if a.pprofLn != nil {
+		prof = &http.Server{
+			Handler:           httpapi.Profiler(a.cfg.AdminToken, a.log),
+			ReadHeaderTimeout: 5 * time.Second,
+			// No WriteTimeout: a CPU profile or execution trace streams for
+			// as long as its ?seconds= asks.
+			IdleTimeout: 60 * time.Second,
+			ErrorLog:    slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		}
+		go func() { _ = prof.Serve(a.pprofLn) }()
+	}
 	var err error
 	select {
 	case <-ctx.Done():
@@ -422,6 +461,9 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	if prof != nil {
+		_ = prof.Close() // a profile in progress is of no use any more
+	}
 	a.close()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
@@ -451,6 +493,14 @@ func (a *app) close() {
 		}
 		if a.store != nil {
 			a.store.Close()
+		}
+		if a.traceStop != nil {
+			// Last: every span has ended once the workers and the server stopped.
+			ctx, cancel := context.WithTimeout(context.Background(), tracing.ShutdownTimeout)
+			if err := a.traceStop(ctx); err != nil {
+				a.log.Warn("tracing: flushing spans at exit", "err", err)
+			}
+			cancel()
 		}
 	})
 }

@@ -37,11 +37,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flashsale/flashsale/internal/failpoint"
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
+	"github.com/flashsale/flashsale/internal/tracing"
 )
 
 // Store applies reservations in the database of record.
@@ -77,6 +80,9 @@ type Config struct {
 	// doc) after which a message is dead-lettered (default 3). Transient
 	// failures do not count.
 	MaxDeliver int
+	// Tracer, if set, traces each batch transaction (span apply.batch, a
+	// new trace linked to the trace of every purchase the batch carries).
+	Tracer *tracing.Tracer
 }
 
 func (c Config) withDefaults() Config {
@@ -257,10 +263,25 @@ func (c *Consumer) transient(ctx context.Context, err error) bool {
 
 // apply runs one transaction for rs, closes the reservations in the gate and
 // acks. An error means nothing was acked; the caller decides the retry.
-func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jetstream.Msg) error {
+func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jetstream.Msg) (err error) {
 	start := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
+	bctx, span := c.cfg.Tracer.Start(bctx, "apply.batch", trace.SpanKindConsumer)
+	defer func() {
+		tracing.Fail(span, err)
+		span.End()
+	}()
+	if span.IsRecording() {
+		// A batch serves many purchases: it starts its own trace and links
+		// each purchase's (the span limits keep the first 128 links).
+		for _, m := range msgs {
+			if l, ok := tracing.LinkFrom(m.Headers()); ok {
+				span.AddLink(l)
+			}
+		}
+		span.SetAttributes(attribute.Int("messaging.batch.message_count", len(rs)))
+	}
 
 	failpoint.Inject(failpoint.ConsumerBeforeCommit)
 	outs, err := c.store.ApplyBatch(bctx, rs)
@@ -302,10 +323,19 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 		}
 		c.settled(rs[i].OrderID)
 		if err := m.Ack(); err != nil {
-			c.log.Warn("consumer: ack", "order_id", rs[i].OrderID, "err", err)
+			c.log.WarnContext(bctx, "consumer: ack", "order_id", rs[i].OrderID, "err", err)
 		}
 	}
 	c.observe(len(rs), applied, refused, dups, start, ferr)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("flashsale.applied", applied), attribute.Int("flashsale.refused", refused),
+			attribute.Int("flashsale.duplicates", dups))
+		tracing.Fail(span, ferr)
+	}
+	if c.log.Enabled(bctx, slog.LevelDebug) {
+		c.log.DebugContext(bctx, "consumer: batch applied", "messages", len(rs), "applied", applied,
+			"refused", refused, "duplicates", dups, "elapsed", time.Since(start))
+	}
 	return nil
 }
 

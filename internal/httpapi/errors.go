@@ -91,7 +91,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		b.Error.Message = busyMessage(r)
 	}
 	if status == http.StatusInternalServerError {
-		log.Error("http: internal error", "err", err)
+		log.ErrorContext(r.Context(), "http: internal error", "err", err)
 	}
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")

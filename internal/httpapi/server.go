@@ -22,6 +22,7 @@ import (
 	"github.com/flashsale/flashsale/internal/purchase"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/tracing"
 )
 
 // Admin is what the admin routes need.
@@ -91,6 +92,8 @@ type Config struct {
 	// Proxies are the trusted proxies: only from them is X-Forwarded-For
 	// believed (the client IP of the audit trail and the per-IP limit).
 	Proxies *Proxies
+	// Tracer, if set, traces every routed request (trace.go).
+	Tracer *tracing.Tracer
 }
 
 // Server is the HTTP API.
@@ -171,7 +174,7 @@ func (w *statusWriter) WriteHeader(code int) {
 }
 
 func (s *Server) handle(pattern string, h handlerFunc) {
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	s.mux.HandleFunc(pattern, s.traced(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		rid := requestID(r)
@@ -184,7 +187,7 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 		if s.cfg.Observe != nil {
 			s.cfg.Observe(pattern, sw.status, time.Since(start))
 		}
-	})
+	}))
 }
 
 // ServeHTTP serves the API. Unknown paths and wrong methods get the JSON

@@ -164,6 +164,10 @@ type Message struct {
 	ID   string // order id; the broker's de-duplication id
 	SKU  string
 	Data []byte
+	// Trace, if set, is the W3C trace context of the purchase (traceparent,
+	// tracestate), sent as message headers: the consumer links its batch
+	// span to it. Messages published from Redis later have none.
+	Trace map[string]string
 }
 
 // Publish sends msgs and waits for the stream's acknowledgement of each.
@@ -172,8 +176,14 @@ func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 	errs := make([]error, len(msgs))
 	futs := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
-		futs[i], errs[i] = q.js.PublishMsgAsync(&nats.Msg{Subject: SubjectPrefix + m.SKU, Data: m.Data},
-			jetstream.WithMsgID(m.ID), jetstream.WithExpectStream(StreamName))
+		msg := &nats.Msg{Subject: SubjectPrefix + m.SKU, Data: m.Data}
+		if len(m.Trace) > 0 {
+			msg.Header = make(nats.Header, len(m.Trace))
+			for k, v := range m.Trace {
+				msg.Header[k] = []string{v} // exact (lower-case) W3C names
+			}
+		}
+		futs[i], errs[i] = q.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectStream(StreamName))
 	}
 	for i, f := range futs {
 		if f == nil {

@@ -68,7 +68,7 @@ func (f fakeSKUs) SKUs(context.Context) ([]sale.SKU, error) { return f, nil }
 
 type nopRelay struct{}
 
-func (nopRelay) Notify(string, string, []byte)                         {}
+func (nopRelay) Notify(context.Context, string, string, []byte)        {}
 func (nopRelay) Publish(context.Context, string, string, []byte) error { return nil }
 
 type clock struct {

@@ -15,10 +15,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
+	"github.com/flashsale/flashsale/internal/tracing"
 )
 
 // Gate is the Redis gate as the purchase path uses it.
@@ -32,7 +35,7 @@ type Gate interface {
 // Notifier hands an accepted reservation to the relay's fast path, without
 // waiting (Notify) or until the stream acknowledged it (Publish).
 type Notifier interface {
-	Notify(sku, orderID string, payload []byte)
+	Notify(ctx context.Context, sku, orderID string, payload []byte)
 	Publish(ctx context.Context, sku, orderID string, payload []byte) error
 }
 
@@ -92,6 +95,8 @@ type Deps struct {
 	Limits Limits
 	// Announcer, if set, spreads SKUChanged to every instance.
 	Announcer Announcer
+	// Tracer, if set, traces each gate call (span stockgate.reserve).
+	Tracer *tracing.Tracer
 }
 
 // Service is the purchase path. Safe for concurrent use.
@@ -112,12 +117,13 @@ type Service struct {
 	block    blocklist
 	soldOut  soldOutFlags
 	announce Announcer
+	tracer   *tracing.Tracer
 }
 
 // New returns a purchase service.
 func New(d Deps, bc BreakerConfig) *Service {
 	s := &Service{Catalog: d.Catalog, gate: d.Gate, relay: d.Relay, orders: d.Orders, loader: d.Loader, log: d.Log, obs: d.Observer, now: time.Now, ack: d.StreamAck, seller: d.Seller,
-		limits: d.Limits, announce: d.Announcer}
+		limits: d.Limits, announce: d.Announcer, tracer: d.Tracer}
 	s.soldOut.ttl = d.Limits.SoldOutTTL
 	rebuild := d.RebuildAll
 	if rebuild == nil {
@@ -290,11 +296,11 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		if s.ack > 0 {
 			actx, cancel := context.WithTimeout(ctx, s.ack)
 			if err := s.relay.Publish(actx, r.SKU, gr.OrderID, gr.Payload); err != nil {
-				s.log.Debug("purchase: accepted before the stream acknowledged (outbox holds it)", "order_id", gr.OrderID, "err", err)
+				s.log.DebugContext(ctx, "purchase: accepted before the stream acknowledged (outbox holds it)", "order_id", gr.OrderID, "err", err)
 			}
 			cancel()
 		} else {
-			s.relay.Notify(r.SKU, gr.OrderID, gr.Payload)
+			s.relay.Notify(ctx, r.SKU, gr.OrderID, gr.Payload)
 		}
 	}
 	return Result{OrderID: gr.OrderID, Duplicate: gr.Duplicate, Status: sale.StatusQueued}, nil
@@ -350,7 +356,7 @@ func (s *Service) reserve(ctx context.Context, r sale.Reservation, l stockgate.L
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var gr stockgate.ReserveResult
-		gr, err = s.gate.ReserveLimited(ctx, r, l)
+		gr, err = s.reserveOnce(ctx, r, l, attempt)
 		if err == nil {
 			if gr.Duplicate && gr.OrderID == r.OrderID {
 				// Our earlier attempt did run: this is our reservation
@@ -363,9 +369,26 @@ func (s *Service) reserve(ctx context.Context, r sale.Reservation, l stockgate.L
 		if isBusiness(err) || errors.Is(err, sale.ErrNotWarmed) || ctx.Err() != nil {
 			return gr, err
 		}
-		s.log.Warn("purchase: gate outcome unknown, asking again with the same order id", "order_id", r.OrderID, "attempt", attempt+1, "err", err)
+		s.log.WarnContext(ctx, "purchase: gate outcome unknown, asking again with the same order id", "order_id", r.OrderID, "attempt", attempt+1, "err", err)
 	}
 	return stockgate.ReserveResult{}, err
+}
+
+// reserveOnce is one gate call (the reserve script), traced.
+func (s *Service) reserveOnce(ctx context.Context, r sale.Reservation, l stockgate.Limits, attempt int) (stockgate.ReserveResult, error) {
+	ctx, span := s.tracer.Start(ctx, "stockgate.reserve", trace.SpanKindClient)
+	defer span.End()
+	gr, err := s.gate.ReserveLimited(ctx, r, l)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("db.system.name", "redis"), attribute.String("flashsale.sku_id", r.SKU),
+			attribute.String("flashsale.order_id", r.OrderID), attribute.Int64("flashsale.quantity", r.Quantity),
+			attribute.Int("flashsale.attempt", attempt+1), attribute.String("flashsale.outcome", outcomeOf(err)),
+			attribute.Bool("flashsale.duplicate", gr.Duplicate))
+		if err != nil && !isBusiness(err) {
+			tracing.Fail(span, err)
+		}
+	}
+	return gr, err
 }
 
 // triggerLoad starts loading sku into Redis in the background, at most once

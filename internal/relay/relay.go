@@ -15,9 +15,13 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/flashsale/flashsale/internal/failpoint"
 	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/stockgate"
+	"github.com/flashsale/flashsale/internal/tracing"
 )
 
 // Outbox is the gate's side of the relay.
@@ -43,6 +47,9 @@ type Config struct {
 	SweepEvery time.Duration
 	// Timeout bounds one publish round (default 10s).
 	Timeout time.Duration
+	// Tracer, if set, traces each fast-path publish (span relay.publish, a
+	// child of the purchase's) and carries its trace context in the message.
+	Tracer *tracing.Tracer
 }
 
 func (c Config) withDefaults() Config {
@@ -71,10 +78,11 @@ type Relay struct {
 }
 
 // item is one reservation on the fast path; done, if set, receives the
-// stream's verdict.
+// stream's verdict; span ends with it.
 type item struct {
 	msg  orderqueue.Message
 	done chan error
+	span trace.Span
 }
 
 // New returns a relay from box to pub.
@@ -84,12 +92,28 @@ func New(box Outbox, pub Publisher, log *slog.Logger, cfg Config) *Relay {
 }
 
 // Notify hands a just-accepted reservation to the fast path. It never blocks:
-// when the fast path is full the sweeper publishes the entry later.
-func (r *Relay) Notify(sku, orderID string, payload []byte) {
+// when the fast path is full the sweeper publishes the entry later. ctx
+// carries only the purchase's trace.
+func (r *Relay) Notify(ctx context.Context, sku, orderID string, payload []byte) {
+	it := r.item(ctx, sku, orderID, payload, nil)
 	select {
-	case r.fast <- item{msg: orderqueue.Message{ID: orderID, SKU: sku, Data: payload}}:
+	case r.fast <- it:
 	default:
+		it.span.End() // the sweeper publishes it, untraced
 	}
+}
+
+// item makes the fast-path item of a reservation, with its publish span.
+func (r *Relay) item(ctx context.Context, sku, orderID string, payload []byte, done chan error) item {
+	ctx, span := r.cfg.Tracer.Start(ctx, "relay.publish", trace.SpanKindProducer)
+	it := item{msg: orderqueue.Message{ID: orderID, SKU: sku, Data: payload}, done: done, span: span}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", orderqueue.SubjectPrefix+sku),
+			attribute.String("messaging.message.id", orderID))
+		it.msg.Trace = r.cfg.Tracer.Inject(ctx)
+	}
+	return it
 }
 
 // Publish hands a just-accepted reservation to the fast path and waits until
@@ -98,9 +122,11 @@ func (r *Relay) Notify(sku, orderID string, payload []byte) {
 // sweeper publishes it.
 func (r *Relay) Publish(ctx context.Context, sku, orderID string, payload []byte) error {
 	done := make(chan error, 1)
+	it := r.item(ctx, sku, orderID, payload, done)
 	select {
-	case r.fast <- item{msg: orderqueue.Message{ID: orderID, SKU: sku, Data: payload}, done: done}:
+	case r.fast <- it:
 	case <-ctx.Done():
+		it.span.End()
 		return ctx.Err()
 	}
 	select {
@@ -162,6 +188,8 @@ func (r *Relay) runFast(ctx context.Context) {
 			if it.done != nil {
 				it.done <- errs[i]
 			}
+			tracing.Fail(it.span, errs[i])
+			it.span.End()
 		}
 	}
 }
