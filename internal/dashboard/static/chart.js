@@ -33,6 +33,9 @@ export function drawChart(canvas, series, { tEnd, span, empty }) {
   ctx.font = "11px system-ui, sans-serif";
 
   const points = series.flatMap((s) => s.points);
+  // What is drawn, for tests and the curious: points and the oldest one's time.
+  canvas.dataset.points = String(points.length);
+  canvas.dataset.from = points.length ? String(Math.min(...points.map((p) => p[0]))) : "";
   if (!tEnd || points.length < 2) {
     ctx.fillStyle = muted;
     ctx.textAlign = "center";
