@@ -38,7 +38,7 @@ type overview struct {
 	// History is this instance's recent samples of the charted figures
 	// (the last ten minutes), so that a page opened now draws at once.
 	History *dashboard.Series `json:"history"`
-	Errors    map[string]string `json:"errors,omitempty"`
+	Errors  map[string]string `json:"errors,omitempty"`
 }
 
 // saleOverview is one sale: configuration from PostgreSQL, live figures from
