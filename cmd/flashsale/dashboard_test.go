@@ -31,6 +31,7 @@ import (
 // FLASHSALE_DASHBOARD_SCREENSHOT=path also runs a sale for half a minute and
 // saves a screenshot of the page during it (docs/dashboard.png).
 func TestDashboard(t *testing.T) {
+	slowEndToEnd(t)
 	chrome := chromiumPath(t)
 	cfg := testConfig(t, "external", "FLASHSALE_APPLY_BACKOFF", "50ms", "FLASHSALE_MAX_DELIVER", "2")
 	// Redis through a proxy, to cut it off at the end.
