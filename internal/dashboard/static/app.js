@@ -576,9 +576,12 @@ import { drawChart } from "./chart.js";
       { name: "rejected", color: "#f59e0b", points: rej },
       { name: "applied to the database", color: "#38bdf8", points: app, dash: [5, 4], width: 1.5 },
     ];
-    // The axis spans the data, from one minute up to HISTORY_S.
+    // The axis spans the data, from one minute up to HISTORY_S, in steps
+    // the chart labels (30 s up to three minutes, then two minutes).
     const last = history[history.length - 1];
-    const span = last ? Math.min(HISTORY_S, Math.max(60, Math.ceil((last.t - history[0].t) / 30000) * 30)) : 60;
+    const data = last ? (last.t - history[0].t) / 1000 : 0;
+    const unit = data > 180 ? 120 : 30;
+    const span = Math.min(HISTORY_S, Math.max(60, Math.ceil(data / unit) * unit));
     const axis = { tEnd: last ? last.t : 0, span };
     legend("#rate-legend", rateSeries);
     drawChart($("#rate-chart"), rateSeries, { ...axis, empty: "collecting data…" });

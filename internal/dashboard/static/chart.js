@@ -63,7 +63,7 @@ export function drawChart(canvas, series, { tEnd, span, empty }) {
   }
   ctx.textBaseline = "alphabetic";
   ctx.textAlign = "center";
-  const step = span <= 60 ? 15 : 30;
+  const step = span <= 60 ? 15 : span <= 180 ? 30 : 120;
   for (let sec = span; sec >= 0; sec -= step) {
     const label = sec === 0 ? "now" : sec % 60 === 0 ? `-${sec / 60}m` : `-${sec}s`;
     ctx.fillStyle = muted;
