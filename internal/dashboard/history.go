@@ -70,8 +70,9 @@ func (h *History) Samples(now time.Time) []Sample {
 }
 
 // Series is the history as the overview serves it (the field "history"):
-// one array per figure, aligned with T. Counters absent from a sample are
-// 0 (they had not counted yet); a sale's stock not read is null.
+// one array per figure, aligned with T. A counter left out, or absent
+// from a sample, is 0 (it has not counted yet); a sale's stock not read is
+// null. Ten minutes of a busy sale are some 30-60 KB of JSON.
 type Series struct {
 	PeriodSeconds float64 `json:"period_seconds"`
 	// T is each sample's time in milliseconds since the Unix epoch.
@@ -89,6 +90,9 @@ func (h *History) Series(now time.Time) Series {
 	counters := func(dst map[string][]uint64, get func(Sample) map[string]uint64) {
 		for i, s := range samples {
 			for k, v := range get(s) {
+				if v == 0 && dst[k] == nil {
+					continue // a column of zeros is left out
+				}
 				if dst[k] == nil {
 					dst[k] = make([]uint64, len(samples))
 				}
