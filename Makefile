@@ -54,7 +54,7 @@ chaos: ## The whole fault suite (CHAOS: scenario names), one table row per fault
 			$(GO) test -count=1 -v -timeout 40m -run '^TestChaos$$' ./internal/chaos || status=1; \
 	done; exit $$status
 
-test-short: ## Quick tests (-short); tests whose service is missing skip
+test-short: ## Quick tests (-short: slow end-to-end tests skip, and so do tests whose service is missing)
 	env -u FLASHSALE_TEST_REQUIRE_SERVICES $(GO) test -short $(PKGS)
 
 vet: ## gofmt check (fails if any file needs formatting) and go vet

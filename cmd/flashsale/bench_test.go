@@ -78,6 +78,7 @@ func checkReportShape(t *testing.T, rep benchReport, strategies ...string) {
 // TestBenchEndToEnd: the hot scenario against a fresh in-process flashsale
 // per strategy; everything sold exactly once, and the report says so.
 func TestBenchEndToEnd(t *testing.T) {
+	slowEndToEnd(t)
 	rep, out, err := runBenchCmd(t, "-strategies", "pipeline,db-conditional", "-scenario", "hot",
 		"-buyers", "24", "-duration", "1s", "-stock", "60")
 	if err != nil {
@@ -105,6 +106,7 @@ func TestBenchEndToEnd(t *testing.T) {
 
 // TestBenchOtherStrategies: the remaining strategies on many SKUs, open loop.
 func TestBenchOtherStrategies(t *testing.T) {
+	slowEndToEnd(t)
 	rep, _, err := runBenchCmd(t, "-strategies", "db-pessimistic,db-optimistic,redis-lock", "-scenario", "many",
 		"-mode", "open", "-rate", "300", "-max-in-flight", "200", "-duration", "700ms", "-stock", "40", "-skus", "4", "-per-user-limit", "2", "-baselines=false")
 	if err != nil {

@@ -112,6 +112,7 @@ func breakerOutage(t *testing.T, fault func(*testenv.RedisServer), heal func(*te
 // calls time out; that counts as failures even when the buyers gave up
 // first, and the breaker opens within 2 s with the defaults.
 func TestBreakerOpensOnHungRedis(t *testing.T) {
+	slowEndToEnd(t)
 	breakerOutage(t, (*testenv.RedisServer).Pause, (*testenv.RedisServer).Resume)
 }
 
@@ -119,5 +120,6 @@ func TestBreakerOpensOnHungRedis(t *testing.T) {
 // again empty; the breaker opens within 2 s with the defaults and the
 // rebuild before it closes re-seeds Redis from the database.
 func TestBreakerOpensOnDeadRedis(t *testing.T) {
+	slowEndToEnd(t)
 	breakerOutage(t, (*testenv.RedisServer).Kill, (*testenv.RedisServer).Restart)
 }

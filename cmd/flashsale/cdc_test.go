@@ -90,6 +90,7 @@ func waitAvailable(t *testing.T, a *app, sku string, want int64, within time.Dur
 // (with I3: Redis = database) once idle. The change is audited once, as
 // external_change, and flashsale's own changes are not.
 func TestExternalRestockDuringSale(t *testing.T) {
+	slowEndToEnd(t)
 	h := newHarness(t, testConfig(t, "embedded"))
 	h.mustPutSKU("erp", 100, 1)
 	stop := make(chan struct{})
@@ -160,6 +161,7 @@ func decrementWithReservationsInFlight(t *testing.T) (*harness, *testenv.NATSSer
 // back 8 reservations apply and 7 are refused, whose give-back pays the debt
 // instead of re-selling units that no longer exist. Idle: Redis = database = 0.
 func TestExternalDecrementWithReservationsInFlight(t *testing.T) {
+	slowEndToEnd(t)
 	h, ns, ids := decrementWithReservationsInFlight(t)
 	if r := h.buy("late", "dec", 1, ""); r.Status == http.StatusAccepted {
 		t.Fatalf("a unit was sold while redis owed 7: %s", r.Raw)
@@ -186,6 +188,7 @@ func TestExternalDecrementWithReservationsInFlight(t *testing.T) {
 // is down. After a restart every change is in Redis exactly once: no loss,
 // no double application (Redis = database, from both stores' own records).
 func TestExternalChangesAcrossKill(t *testing.T) {
+	slowEndToEnd(t)
 	env := procEnv(t)
 	env["FLASHSALE_FAILPOINTS"] = failpoint.RestoreAfterRedisBeforeDone + "=exit"
 	p := startProc(t, env)

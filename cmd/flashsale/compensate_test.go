@@ -21,6 +21,7 @@ import (
 // excess: those orders end failed, and their units and buyer slots go back
 // to Redis exactly once, even when every message is delivered again.
 func TestRefusedCompensatedOnce(t *testing.T) {
+	slowEndToEnd(t)
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("c", 10, 1)
 	ctx := context.Background()

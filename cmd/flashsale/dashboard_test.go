@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +31,7 @@ import (
 // FLASHSALE_DASHBOARD_SCREENSHOT=path also runs a sale for half a minute and
 // saves a screenshot of the page during it (docs/dashboard.png).
 func TestDashboard(t *testing.T) {
+	slowEndToEnd(t)
 	chrome := chromiumPath(t)
 	cfg := testConfig(t, "external", "FLASHSALE_APPLY_BACKOFF", "50ms", "FLASHSALE_MAX_DELIVER", "2")
 	// Redis through a proxy, to cut it off at the end.
@@ -78,6 +81,68 @@ func TestDashboard(t *testing.T) {
 			Number(document.querySelector("#kpi-accepted").textContent) > 0 &&
 			document.querySelector("#kpi-rejected-why").textContent.includes("limit") &&
 			/^[0-9.]+ · [0-9.]+ · [0-9.]+$/.test(document.querySelector("#kpi-latency").textContent)`)
+	})
+
+	t.Run("a fresh load draws the recent history", func(t *testing.T) {
+		p.t = t
+		// The overview serves the instance's recent samples; wait until
+		// they span a few seconds and show the sale's purchases.
+		var hist map[string]any
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			r := h.do(http.MethodGet, "/admin/v1/overview", "", "Authorization: Bearer "+testAdmin)
+			hist, _ = r.Body["history"].(map[string]any)
+			ts, _ := hist["t"].([]any)
+			purchases, _ := hist["purchases"].(map[string]any)
+			acc, _ := purchases["accepted"].([]any)
+			available, _ := hist["available"].(map[string]any)
+			avail, _ := available["phone-1"].([]any)
+			if len(ts) >= 6 && len(acc) == len(ts) && len(avail) == len(ts) &&
+				acc[len(acc)-1] == float64(10) && avail[len(avail)-1] == float64(50) &&
+				ts[len(ts)-1].(float64)-ts[0].(float64) >= 5000 {
+				if hist["period_seconds"] != float64(1) {
+					t.Errorf("period_seconds = %v, want 1", hist["period_seconds"])
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("history after 10 purchases: %d %s", r.Status, r.Raw)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+
+		// A reload (the token is kept for the tab) charts at once what
+		// happened before it: points older than the page itself.
+		p.do(chromedp.Reload())
+		p.waitFor("the page unlocked and charted", `!document.querySelector("#main").hidden &&
+			document.querySelector("#rate-chart").dataset.points !== undefined && cell("phone-1", "avail") === "50"`)
+		// The page's own samples are all later than its load (the server's
+		// clock is the browser's): older points came with the overview.
+		got := p.eval(`JSON.stringify({origin: performance.timeOrigin,
+			rate: document.querySelector("#rate-chart").dataset, stock: document.querySelector("#stock-chart").dataset})`)
+		var drawn struct {
+			Origin      float64
+			Rate, Stock struct{ Points, From string }
+		}
+		if err := json.Unmarshal([]byte(got), &drawn); err != nil {
+			t.Fatal(err)
+		}
+		for name, c := range map[string]struct{ Points, From string }{"rate": drawn.Rate, "stock": drawn.Stock} {
+			from, err := strconv.ParseFloat(c.From, 64)
+			if n, _ := strconv.Atoi(c.Points); err != nil || n < 4 || drawn.Origin-from < 3000 {
+				t.Errorf("%s chart: %s points from %.0f ms before the load, want the recent history (%s)",
+					name, c.Points, drawn.Origin-from, got)
+			}
+		}
+		if path := os.Getenv("FLASHSALE_DASHBOARD_RELOAD_SCREENSHOT"); path != "" {
+			shot, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, shot, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 
 	t.Run("restock and create through the form", func(t *testing.T) {

@@ -32,6 +32,7 @@ func checkSoldExactly(t *testing.T, h *harness, sku string, hs *history, total i
 // rebuilt from the database (and the stream) and continues; exactly the
 // allocation is sold and every 202 is an order.
 func TestRedisRestartedEmpty(t *testing.T) {
+	slowEndToEnd(t)
 	rs := testenv.StartRedis(t)
 	cfg := testConfig(t, "external",
 		"FLASHSALE_REDIS_URL", rs.URL, "FLASHSALE_REDIS_TIMEOUT", "300ms",
@@ -66,6 +67,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 // its cap); when Redis is back it is rebuilt before the breaker closes;
 // exactly the allocation is sold, no user over the limit.
 func TestRedisUnreachable(t *testing.T) {
+	slowEndToEnd(t)
 	rs := testenv.StartRedis(t)
 	px := testenv.StartProxy(t, rs.Addr)
 	cfg := testConfig(t, "external",
@@ -210,6 +212,7 @@ func settleLoose(t *testing.T, h *harness, sku string) invariant.Report {
 // accepted into the Redis outbox (/readyz says degraded); when NATS is back
 // the outbox drains; every 202 is exactly one order.
 func TestBrokerOutage(t *testing.T) {
+	slowEndToEnd(t)
 	ns := testenv.StartNATS(t, "")
 	cfg := testConfig(t, "", "FLASHSALE_NATS_URL", ns.URL, "FLASHSALE_RELAY_GRACE", "500ms")
 	h := newHarness(t, cfg)
@@ -241,6 +244,7 @@ func TestBrokerOutage(t *testing.T) {
 // again. Nothing is acknowledged before commit; the consumer resumes; every
 // 202 is exactly one order.
 func TestDatabaseOutage(t *testing.T) {
+	slowEndToEnd(t)
 	pg := testenv.StartDatabase(t)
 	cfg := testConfig(t, "external", "FLASHSALE_DATABASE_URL", pg.URL("flashsale"), "FLASHSALE_APPLY_BACKOFF", "200ms")
 	h := newHarness(t, cfg)
@@ -314,6 +318,7 @@ func TestDLQCommand(t *testing.T) {
 // reserved twice; reservations that ran late still become orders; exactly
 // the allocation is sold.
 func TestRedisHangs(t *testing.T) {
+	slowEndToEnd(t)
 	rs := testenv.StartRedis(t)
 	px := testenv.StartProxy(t, rs.Addr)
 	cfg := testConfig(t, "external",

@@ -15,6 +15,7 @@ import (
 // dead-lettered, the consumer keeps retrying until each is applied, and
 // every 202 ends as exactly one order with every invariant holding.
 func TestDatabaseFlakyNetwork(t *testing.T) {
+	slowEndToEnd(t)
 	db := testenv.Database(t)
 	u, err := url.Parse(db)
 	if err != nil {

@@ -67,6 +67,16 @@ func testConfig(t *testing.T, nats string, overrides ...string) config {
 	return cfg
 }
 
+// slowEndToEnd marks an end-to-end test that takes seconds (a fault, a
+// kill, a browser, a benchmark run): make test-short (go test -short)
+// skips it, make test runs it.
+func slowEndToEnd(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("slow end-to-end test; runs in make test")
+	}
+}
+
 func newHarness(t *testing.T, cfg config) *harness {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))

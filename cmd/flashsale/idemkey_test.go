@@ -62,6 +62,7 @@ func acceptInGate(t *testing.T, h *harness, sku, user, key string) string {
 //   - k2: Redis answers again while the breaker is still open: the retry is
 //     answered with the reservation in flight, the fallback sells nothing.
 func TestKeyAcrossTheFallback(t *testing.T) {
+	slowEndToEnd(t)
 	rs := testenv.StartRedis(t)
 	px := testenv.StartProxy(t, rs.Addr)
 	cfg := testConfig(t, "external",

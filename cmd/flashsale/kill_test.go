@@ -151,6 +151,7 @@ func procClient(t *testing.T, url string) *harness {
 // gate accepted reservations but before they reached the stream. After a
 // restart every accepted reservation becomes exactly one order.
 func TestKillBetweenGateAndStream(t *testing.T) {
+	slowEndToEnd(t)
 	env := procEnv(t)
 	env["FLASHSALE_FAILPOINTS"] = failpoint.AfterGateBeforeRelay + "=hang"
 	p := startProc(t, env)
@@ -192,6 +193,7 @@ func TestKillBetweenGateAndStream(t *testing.T) {
 // Requests cut off by the crash are retried with their Idempotency-Key and
 // get the order they had made, if any.
 func TestKillAfterCommitBeforeAck(t *testing.T) {
+	slowEndToEnd(t)
 	env := procEnv(t)
 	env["FLASHSALE_FAILPOINTS"] = failpoint.ConsumerAfterCommitBeforeAck + "=exit"
 	p := startProc(t, env)

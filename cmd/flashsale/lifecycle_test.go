@@ -21,6 +21,7 @@ import (
 // database agree once idle; the released units are bought again by others,
 // exactly as many as were released.
 func TestPayRacesTimeout(t *testing.T) {
+	slowEndToEnd(t)
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_PAYMENT_TIMEOUT", "2s", "FLASHSALE_SWEEP_EVERY", "300ms"))
 	const n = 1000
 	h.mustPutSKU("pay", n, 1)
@@ -160,6 +161,7 @@ FROM orders o WHERE o.order_id = ?`), id).Scan(&status, &reason, &cancelledAt, &
 // the database and in Redis) and a queued one (cancelled when it lands);
 // another user cannot cancel or pay it; paying a cancelled order is 409.
 func TestCancelAndQueuedCancel(t *testing.T) {
+	slowEndToEnd(t)
 	ns := testenv.StartNATS(t, "")
 	h := newHarness(t, testConfig(t, "", "FLASHSALE_NATS_URL", ns.URL, "FLASHSALE_PAYMENT_SECRET", "psecret"))
 	h.mustPutSKU("cx", 5, 2)
@@ -220,6 +222,7 @@ func TestCancelAndQueuedCancel(t *testing.T) {
 // committed in the database and before the units went back to Redis. After
 // a restart Redis gets them back, once.
 func TestKillBetweenReleaseAndRestore(t *testing.T) {
+	slowEndToEnd(t)
 	env := procEnv(t)
 	env["FLASHSALE_FAILPOINTS"] = failpoint.ReleaseAfterStatusBeforeRestock + "=exit"
 	p := startProc(t, env)

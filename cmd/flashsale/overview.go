@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/dashboard"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/sale"
@@ -34,7 +35,10 @@ type overview struct {
 	Pipeline  pipelineOverview  `json:"pipeline"`
 	Counters  countersOverview  `json:"counters"`
 	Reconcile *reconcile.Report `json:"reconcile"` // this instance's last reconcile pass; null before the first
-	Errors    map[string]string `json:"errors,omitempty"`
+	// History is this instance's recent samples of the charted figures
+	// (the last ten minutes), so that a page opened now draws at once.
+	History *dashboard.Series `json:"history"`
+	Errors  map[string]string `json:"errors,omitempty"`
 }
 
 // saleOverview is one sale: configuration from PostgreSQL, live figures from
@@ -113,12 +117,7 @@ func (a *app) overview(ctx context.Context) (any, error) {
 		fail(string(a.store.Dialect()), err)
 		skus = a.catalog.All()
 	}
-	skus = slices.DeleteFunc(skus, func(s sale.SKU) bool {
-		return !s.EndsAt.IsZero() && now.Sub(s.EndsAt) > overviewEndedFor
-	})
-	slices.SortFunc(skus, func(x, y sale.SKU) int {
-		return cmp.Or(y.UpdatedAt.Compare(x.UpdatedAt), cmp.Compare(x.ID, y.ID))
-	})
+	skus = listed(skus, now)
 	if len(skus) > overviewMaxSales {
 		ov.MoreSales = len(skus) - overviewMaxSales
 		skus = skus[:overviewMaxSales]
@@ -135,6 +134,10 @@ func (a *app) overview(ctx context.Context) (any, error) {
 	if a.reconciler != nil {
 		ov.Reconcile = a.reconciler.Last()
 	}
+	if a.history != nil {
+		sr := a.history.Series(now)
+		ov.History = &sr
+	}
 	snap := a.metrics.Snapshot()
 	ov.Counters = countersOverview{Snapshot: snap, OrderLatency: latencyOf(snap.Latency[overviewRoute])}
 	wg.Wait()
@@ -147,6 +150,39 @@ func (a *app) overview(ctx context.Context) (any, error) {
 		ov.Sales[i].State = string(s.State(now, avail))
 	}
 	return ov, ctx.Err()
+}
+
+// listed keeps the sales the overview lists (not ended over
+// overviewEndedFor ago), most recently changed first.
+func listed(skus []sale.SKU, now time.Time) []sale.SKU {
+	skus = slices.DeleteFunc(skus, func(s sale.SKU) bool {
+		return !s.EndsAt.IsZero() && now.Sub(s.EndsAt) > overviewEndedFor
+	})
+	slices.SortFunc(skus, func(x, y sale.SKU) int {
+		return cmp.Or(y.UpdatedAt.Compare(x.UpdatedAt), cmp.Compare(x.ID, y.ID))
+	})
+	return skus
+}
+
+// historyRecorder samples the dashboard's charted figures: the counters,
+// and the stock of the first sales the overview lists, from the catalog
+// (no database read).
+func (a *app) historyRecorder() *dashboard.Recorder {
+	return &dashboard.Recorder{
+		History: a.history,
+		Counters: func() (map[string]uint64, map[string]uint64) {
+			s := a.metrics.Snapshot()
+			return s.Purchases, s.Applied
+		},
+		Sales: func(now time.Time) []string {
+			var ids []string
+			for _, s := range listed(a.catalog.All(), now) {
+				ids = append(ids, s.ID)
+			}
+			return ids
+		},
+		Stock: a.gate,
+	}
 }
 
 // overviewRedis fills in the gate's figures of one sale.

@@ -13,6 +13,7 @@ import (
 // distinct buyers, some clicking twice, against a small stock, through real
 // HTTP, Redis, JetStream and PostgreSQL.
 func TestConcurrentBuyers(t *testing.T) {
+	slowEndToEnd(t)
 	cases := []struct {
 		name         string
 		nats         string

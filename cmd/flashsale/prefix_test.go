@@ -17,6 +17,7 @@ import (
 // the owner loses nothing (every order it accepts lands in its database).
 // Instances of the same database share the prefix.
 func TestPrefixBelongsToOneDatabase(t *testing.T) {
+	slowEndToEnd(t)
 	cfgA := testConfig(t, "external")
 	h := newHarness(t, cfgA)
 	h.mustPutSKU("own", 50, 2)

@@ -155,6 +155,7 @@ func TestJunkNeverReachesGate(t *testing.T) {
 // honest buyers (each from its own address, through a trusted proxy) buy the
 // whole stock; no honest buyer is limited and every invariant holds.
 func TestFloodIsLimited(t *testing.T) {
+	slowEndToEnd(t)
 	const stock, buyers = 400, 2000
 	h := newHarness(t, testConfig(t, "external",
 		"FLASHSALE_TRUSTED_PROXIES", "127.0.0.1/32, ::1",
@@ -311,6 +312,7 @@ func TestFloodIsLimited(t *testing.T) {
 // instance: the restorer announces it (the sold-out TTL here is an hour, so
 // only the notice can clear the flag).
 func TestReleasedUnitSoldAgain(t *testing.T) {
+	slowEndToEnd(t)
 	cfg := testConfig(t, "external", "FLASHSALE_SOLD_OUT_TTL", "1h", "FLASHSALE_CATALOG_REFRESH", "1h")
 	a, b := newHarness(t, cfg), newHarness(t, cfg)
 	a.mustPutSKU("one", 1, 1)
@@ -498,6 +500,7 @@ func TestSlowClientsCut(t *testing.T) {
 // in the header and needs no token; from an untrusted peer the header is
 // ignored. The settings are checked at start.
 func TestTrustedGatewayMode(t *testing.T) {
+	slowEndToEnd(t)
 	body := `{"sku_id":"g","quantity":1}`
 	trusted := newHarness(t, testConfig(t, "external",
 		"FLASHSALE_TRUSTED_PROXIES", "127.0.0.1", "FLASHSALE_TRUSTED_GATEWAY_HEADER", "X-User-Id"))

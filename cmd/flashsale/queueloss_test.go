@@ -22,6 +22,7 @@ import (
 // store every accepted reservation ends as exactly one order, republished
 // from Redis; a committed one is recognised by the database and closed.
 func TestKillWithBacklogLosesStore(t *testing.T) {
+	slowEndToEnd(t)
 	for _, tc := range []struct{ name, failpoint string }{
 		{"before commit", failpoint.ConsumerBeforeCommit + "=hang"},
 		{"after commit before ack", failpoint.ConsumerAfterCommitBeforeAck + "=exit"},
@@ -154,6 +155,7 @@ func (n *natsOn) stop() {
 // re-created without a restart of flashsale, and every purchase lands:
 // those applied before, those that waited in the outbox, those after.
 func TestBrokerRestartedEmpty(t *testing.T) {
+	slowEndToEnd(t)
 	ns := newNATSOn(t)
 	ns.start(true)
 	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_NATS_URL", ns.url(), "FLASHSALE_INFLIGHT_REPUBLISH_AFTER", "2s"))
@@ -210,6 +212,7 @@ func waitReady(t *testing.T, h *harness, status int, reason string, within time.
 // removed from the stream (the republisher is held off, so the stream alone
 // must deliver them after the restart).
 func TestRetentionShorterThanOutage(t *testing.T) {
+	slowEndToEnd(t)
 	env := procEnv(t)
 	env["FLASHSALE_STREAM_RETENTION"] = "1s"
 	env["FLASHSALE_INFLIGHT_REPUBLISH_AFTER"] = "10m"

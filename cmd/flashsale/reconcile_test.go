@@ -125,6 +125,7 @@ func TestReconcileDrift(t *testing.T) {
 // TestReconcileDuringSale: the reconciler running every 100 ms during a
 // 2,000-buyer sale never causes oversell, and finds nothing to correct.
 func TestReconcileDuringSale(t *testing.T) {
+	slowEndToEnd(t)
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_RECONCILE_EVERY", "100ms"))
 	h.mustPutSKU("rs", 300, 1)
 	hs := runBuyers(t, h, "rs", 2000, 2000, 64)

@@ -105,6 +105,7 @@ type app struct {
 	reconciler *reconcile.Reconciler
 	sync       *reconcile.Syncer
 	metrics    *metrics.Metrics
+	history    *dashboard.History
 	handler    http.Handler
 	// tracer is nil with tracing off; traceStop flushes and stops it.
 	tracer    *tracing.Tracer
@@ -126,7 +127,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if err := failpoint.Parse(cfg.Failpoints); err != nil {
 		return nil, err
 	}
-	a := &app{cfg: cfg, log: log, metrics: metrics.New()}
+	a := &app{cfg: cfg, log: log, metrics: metrics.New(), history: dashboard.NewHistory(dashboard.HistorySamples)}
 	defer func() {
 		if err != nil {
 			a.close()
@@ -268,6 +269,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		cat.Run(wctx, cfg.CatalogRefresh, func(err error) { log.Warn("catalog refresh", "err", err) })
 	})
 	a.goRun(func() { a.expireLoop(wctx) })
+	a.goRun(func() { a.historyRecorder().Run(wctx) })
 	a.goRun(func() { monitor.Run(wctx, cfg.MonitorEvery) })
 	a.goRun(func() { a.lifecycle.RunRestorer(wctx, 500*time.Millisecond) })
 	// Stock changes made outside flashsale are owed to Redis by the database

@@ -58,6 +58,7 @@ func (f *Report) renderHTML(w io.Writer, empty *Result) error {
 		OK                      bool
 		P50, P99, P999, RPS     float64
 		Requests, Errors, Drain any
+		Orders                  int64
 	}
 	var panels []panel
 	for i, r := range f.Results {
@@ -69,6 +70,7 @@ func (f *Report) renderHTML(w io.Writer, empty *Result) error {
 			Name: r.Strategy, Latency: template.HTML(histogramChart(c)), Throughput: template.HTML(throughputChart([]chartRun{c}, 460, 220)),
 			Codes: codeList(r.Codes), Violations: r.Violations, OK: r.InvariantsOK,
 			P50: r.P50Ms, P99: r.P99Ms, P999: r.P999Ms, RPS: r.ThroughputRPS, Requests: r.Requests, Errors: r.Errors, Drain: r.DrainSeconds,
+			Orders: r.Accepted,
 		})
 	}
 	data := struct {
@@ -134,13 +136,16 @@ th:first-child,td:first-child{text-align:left}.bad{color:#b00;font-weight:600}.o
 <p>Baselines in the same run: empty handler <b>{{f0 .R.Baselines.EmptyHandlerRPS}}</b> req/s (same generator, a handler that does nothing);
 Redis gate alone <b>{{f0 .R.Baselines.RedisGateRPS}}</b> reserves/s (reserve script, many goroutines, same client).</p>
 <div class="wide"><table class="results">
-<tr><th>strategy</th><th>requests</th><th>req/s</th><th>x empty</th><th>accepted</th><th>sold</th><th>oversold</th><th>lost</th><th>doubled</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>errors</th><th>drain s</th><th>invariants</th><th>CPU cores: self/redis/db/other</th></tr>
+<tr><th>strategy</th><th>requests</th><th>req/s</th><th>x empty</th><th>orders accepted</th><th>sold</th><th>oversold</th><th>lost</th><th>doubled</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>errors</th><th>drain s</th><th>invariants</th><th>CPU cores: self/redis/db/other</th></tr>
 {{range .R.Results}}<tr><td>{{.Strategy}}</td><td>{{.Requests}}</td><td>{{f0 .ThroughputRPS}}</td><td>{{ratio .ThroughputRPS $.R.Baselines.EmptyHandlerRPS}}</td>
 <td>{{.Accepted}}</td><td>{{.Sold}}</td><td{{if .Oversold}} class="bad"{{end}}>{{.Oversold}}</td><td{{if .Lost}} class="bad"{{end}}>{{.Lost}}</td><td{{if .Doubled}} class="bad"{{end}}>{{.Doubled}}</td>
 <td>{{f2 .P50Ms}}</td><td>{{f2 .P99Ms}}</td><td>{{f2 .P999Ms}}</td><td>{{.Errors}}</td><td>{{.DrainSeconds}}</td>
 <td>{{if .InvariantsOK}}<span class="ok">I1-I7 hold</span>{{else}}<span class="bad">VIOLATED</span>{{end}}</td><td>{{.CPU}}</td></tr>
 {{end}}</table></div>
-<p class="small">req/s: answers without error per second of the run's duration (sold-out and limit refusals are answers; 5xx, 503 busy and
+<p class="small">orders accepted: distinct orders the service accepted (202) over the whole run, set-up and warm-up included: what the
+checks hold the database to, so it equals sold when nothing is lost. The answers under each strategy below count the measured window only,
+by answer, and an idempotent retry (the same buyer and key again) answers accepted with the order it already has: that count is not a number of orders.
+req/s: answers without error per second of the run's duration (sold-out and limit refusals are answers; 5xx, 503 busy and
 transport failures are errors). Latency from the send (closed loop) or from the due time (open loop). Checks read the database and Redis
 directly after the queue drained: I1-I6 per SKU, then I7 (fresh buyers buy exactly what the database says remains).
 CPU: cores busy on average while measuring, from /proc: this process (generator and in-process server), redis-server, the database server (postgres, mariadbd or mysqld), the rest of the machine.</p>
@@ -158,7 +163,7 @@ of the warm-up: bounded when the consumer keeps up with the gate.</p>
 {{range .Panels}}<div class="panel"><h3>{{.Name}} {{if .OK}}<span class="ok small">invariants hold</span>{{else}}<span class="bad small">VIOLATED</span>{{end}}</h3>
 <div class="small">{{.Requests}} requests, {{f0 .RPS}} req/s, p50 {{f2 .P50}} ms, p99 {{f2 .P99}} ms, p99.9 {{f2 .P999}} ms, {{.Errors}} errors, drained in {{.Drain}} s</div>
 {{.Latency}}{{.Throughput}}
-<div class="small">answers: {{.Codes}}</div>
+<div class="small">answers in the measured window: {{.Codes}} ({{.Orders}} distinct orders accepted over the whole run)</div>
 {{range .Violations}}<div class="bad small">{{.}}</div>{{end}}
 </div>
 {{end}}</div>
@@ -378,6 +383,10 @@ func niceStep(raw float64) float64 {
 	return 10 * e
 }
 
+// histogramHeadroom keeps the tallest histogram bar this far (as a ratio)
+// below the top of the chart.
+const histogramHeadroom = 1.05
+
 // histogramChart draws how many requests took how long: 30 bars of equal
 // width on a logarithmic latency axis spanning the run's fastest to slowest.
 func histogramChart(r chartRun) string {
@@ -406,13 +415,16 @@ func histogramChart(r chartRun) string {
 	for _, c := range counts {
 		cmax = max(cmax, c)
 	}
+	// The count axis ends at the first round value above the tallest bar
+	// (with a little headroom), so that bar is drawn whole below a label.
+	step := max(niceStep(float64(cmax)/4), 1) // whole requests
+	ymax := math.Ceil(float64(cmax)*histogramHeadroom/step) * step
 	// microseconds on a log axis, labelled in ms
 	x := func(u float64) float64 { return fr.left + (u-lo)/(hi-lo)*fr.pw() }
-	y := func(v float64) float64 { return fr.top + fr.ph() - v/float64(cmax)*fr.ph() }
+	y := func(v float64) float64 { return fr.top + fr.ph() - v/ymax*fr.ph() }
 	xt := latencyTicks(math.Pow(10, lo), math.Pow(10, hi))
-	step := niceStep(float64(cmax) / 4)
 	var yt []tick
-	for v := 0.0; v <= float64(cmax)+1e-9; v += step {
+	for v := 0.0; v <= ymax+1e-9; v += step {
 		yt = append(yt, tick{at: v, label: fmt.Sprintf("%g", v)})
 	}
 	axes(&b, fr, xt, yt, x, y, "latency", "requests")

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,4 +115,99 @@ func TestLoadgenReportTableAndHTML(t *testing.T) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
+}
+
+// TestLoadgenReportAcceptedCounts: the two "accepted" figures are labelled
+// for what they count: distinct orders over the whole run (the column, the
+// checks' figure) and answers in the measured window (retries included).
+func TestLoadgenReportAcceptedCounts(t *testing.T) {
+	rep := fakeReport()
+	rep.Results[0].Codes = map[string]int64{"accepted": 120, "limit_reached": 7} // 20 idempotent retries answered accepted
+	var tbl bytes.Buffer
+	rep.WriteTable(&tbl)
+	for _, want := range []string{"orders accepted", "pipeline answers in the measured window: accepted 120, limit_reached 7 (100 distinct orders accepted over the whole run)"} {
+		if !strings.Contains(tbl.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, tbl.String())
+		}
+	}
+	var page bytes.Buffer
+	if err := rep.renderHTML(&page, nil); err != nil {
+		t.Fatal(err)
+	}
+	html := page.String()
+	for _, want := range []string{"<th>orders accepted</th>", "<td>100</td><td>100</td>", // orders accepted, sold
+		"answers in the measured window: accepted 120, limit_reached 7 (100 distinct orders accepted over the whole run)",
+		"orders accepted: distinct orders the service accepted (202) over the whole run"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(html, "<th>accepted</th>") || strings.Contains(html, "answers: ") {
+		t.Error("the page still has an unqualified accepted count")
+	}
+}
+
+var (
+	svgFrame = regexp.MustCompile(`<rect x="[\d.]+" y="([\d.]+)" width="[\d.]+" height="([\d.]+)" fill="#fcfcfc"`)
+	svgBar   = regexp.MustCompile(`<rect x="[\d.]+" y="(-?[\d.]+)" width="[\d.]+" height="(-?[\d.]+)" fill="[^"]+" opacity="0.8"><title>(\d+) requests</title>`)
+	svgYTick = regexp.MustCompile(`<text x="[\d.]+" y="[\d.]+" text-anchor="end">([\d.e+]+)</text>`)
+)
+
+// TestLoadgenHistogramFits: every bar of a latency histogram lies inside
+// the chart, the tallest below its top, and the count axis is labelled up
+// to at least the tallest bar.
+func TestLoadgenHistogramFits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lat  []time.Duration
+	}{
+		{"peaked", append(slices.Repeat([]time.Duration{5 * time.Millisecond}, 4217), time.Millisecond, 2*time.Millisecond, 80*time.Millisecond)},
+		{"round count", slices.Repeat([]time.Duration{3 * time.Millisecond}, 1000)},
+		{"one request", []time.Duration{time.Millisecond}},
+		{"spread", []time.Duration{100 * time.Microsecond, time.Millisecond, time.Millisecond, 10 * time.Millisecond, time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svg := histogramChart(chartRun{name: "x", color: "#1f77b4", run: fakeRun(tc.lat...)})
+			fr := svgFrame.FindStringSubmatch(svg)
+			if fr == nil {
+				t.Fatalf("no frame in %s", svg)
+			}
+			top, height := atof(t, fr[1]), atof(t, fr[2])
+			bars := svgBar.FindAllStringSubmatch(svg, -1)
+			if len(bars) == 0 {
+				t.Fatalf("no bars in %s", svg)
+			}
+			var total, tallest int64
+			for _, b := range bars {
+				y, h, n := atof(t, b[1]), atof(t, b[2]), int64(atof(t, b[3]))
+				total += n
+				tallest = max(tallest, n)
+				if y < top || h < 0 || y+h > top+height+0.05 {
+					t.Errorf("bar of %d requests at y %.1f height %.1f leaves the chart (top %.1f, height %.1f)", n, y, h, top, height)
+				}
+				if n == tallest && y <= top {
+					t.Errorf("the tallest bar (%d requests) touches the top of the chart (y %.1f)", n, y)
+				}
+			}
+			if total != int64(len(tc.lat)) {
+				t.Errorf("bars hold %d requests, want %d", total, len(tc.lat))
+			}
+			var axisMax float64
+			for _, m := range svgYTick.FindAllStringSubmatch(svg, -1) {
+				axisMax = max(axisMax, atof(t, m[1]))
+			}
+			if axisMax < float64(tallest) {
+				t.Errorf("the count axis ends at %g, below the tallest bar's %d", axisMax, tallest)
+			}
+		})
+	}
+}
+
+func atof(t *testing.T, s string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

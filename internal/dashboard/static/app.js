@@ -9,11 +9,11 @@ import { drawChart } from "./chart.js";
   const POLL_MS = 1000;
   const HIDDEN_POLL_MS = 5000;
   const READY_MS = 5000;
-  const HISTORY_S = 120; // chart span
+  const HISTORY_S = 600; // chart span: the history the server keeps (ten minutes)
   const RATE_WINDOW_S = 5; // key figures: average over this window
   const LATENCY_WINDOW_S = 10;
   const CHART_SMOOTH_S = 3;
-  const MAX_CHART_SKUS = 6;
+  const MAX_CHART_SKUS = 6; // the sales whose stock the server samples (dashboard.ChartSales)
   const SKU_COLORS = ["#38bdf8", "#a78bfa", "#f472b6", "#facc15", "#34d399", "#fb923c"];
   const REASONS = { sold_out: "sold out", limit_reached: "limit", not_open: "not open", busy: "busy", rate_limited: "rate limited", unknown_sku: "unknown", invalid: "invalid", error: "error" };
 
@@ -179,7 +179,7 @@ import { drawChart } from "./chart.js";
     $("#login").hidden = true;
     $("#main").hidden = false;
     $("#signout").hidden = false;
-    history = [];
+    history = fromServer(ov.history);
     render(ov);
     loadDLQ();
     schedule();
@@ -303,7 +303,7 @@ import { drawChart } from "./chart.js";
     for (const s of ov.sales) if (s.redis_available != null) sample.avail[s.sku_id] = s.redis_available;
     const prev = history[history.length - 1];
     // A restarted server starts its counters again: so does the history.
-    if (prev && (t <= prev.t || sum(sample.purchases) < sum(prev.purchases))) history = [];
+    if (prev && (t <= prev.t || sum(sample.purchases) < sum(prev.purchases))) history = fromServer(ov.history);
     history.push(sample);
     while (history.length > 2 && t - history[0].t > (HISTORY_S + 5) * 1000) history.shift();
 
@@ -315,10 +315,26 @@ import { drawChart } from "./chart.js";
     if (n != null && n !== dlqCount) loadDLQ();
   }
 
-  // sampleAgo returns the oldest sample at most s seconds older than the latest.
-  function sampleAgo(s) {
+  // fromServer turns the overview's history (one array per figure, aligned
+  // with t) into samples, so that a page opened mid-sale charts at once.
+  // The server's samples carry no latency: the latency figure waits for the
+  // page's own samples.
+  function fromServer(h) {
+    if (!h || !Array.isArray(h.t)) return [];
+    return h.t.map((t, i) => {
+      const s = { t, purchases: {}, applied: {}, avail: {} };
+      for (const [k, v] of Object.entries(h.purchases || {})) s.purchases[k] = v[i];
+      for (const [k, v] of Object.entries(h.applied || {})) s.applied[k] = v[i];
+      for (const [k, v] of Object.entries(h.available || {})) if (v[i] != null) s.avail[k] = v[i];
+      return s;
+    });
+  }
+
+  // sampleAgo returns the oldest sample at most s seconds older than the
+  // latest (that has key, if given).
+  function sampleAgo(s, key) {
     const last = history[history.length - 1];
-    for (const h of history) if (last.t - h.t <= s * 1000) return h;
+    for (const h of history) if (last.t - h.t <= s * 1000 && (!key || h[key])) return h;
     return last;
   }
 
@@ -371,7 +387,7 @@ import { drawChart } from "./chart.js";
       $("#kpi-rejected-why").textContent = "measuring…";
     }
 
-    const lat = windowLatency(sampleAgo(LATENCY_WINDOW_S), last);
+    const lat = windowLatency(sampleAgo(LATENCY_WINDOW_S, "latency"), last);
     const ol = ov.counters.order_latency || {};
     if (lat && lat.count > 0) {
       $("#kpi-latency").textContent = lat.p.map(fmtMs).join(" · ");
@@ -560,9 +576,12 @@ import { drawChart } from "./chart.js";
       { name: "rejected", color: "#f59e0b", points: rej },
       { name: "applied to the database", color: "#38bdf8", points: app, dash: [5, 4], width: 1.5 },
     ];
-    // The axis spans the data, from one minute up to HISTORY_S.
+    // The axis spans the data, from one minute up to HISTORY_S, in steps
+    // the chart labels (30 s up to three minutes, then two minutes).
     const last = history[history.length - 1];
-    const span = last ? Math.min(HISTORY_S, Math.max(60, Math.ceil((last.t - history[0].t) / 30000) * 30)) : 60;
+    const data = last ? (last.t - history[0].t) / 1000 : 0;
+    const unit = data > 180 ? 120 : 30;
+    const span = Math.min(HISTORY_S, Math.max(60, Math.ceil(data / unit) * unit));
     const axis = { tEnd: last ? last.t : 0, span };
     legend("#rate-legend", rateSeries);
     drawChart($("#rate-chart"), rateSeries, { ...axis, empty: "collecting data…" });

@@ -33,6 +33,9 @@ export function drawChart(canvas, series, { tEnd, span, empty }) {
   ctx.font = "11px system-ui, sans-serif";
 
   const points = series.flatMap((s) => s.points);
+  // What is drawn, for tests and the curious: points and the oldest one's time.
+  canvas.dataset.points = String(points.length);
+  canvas.dataset.from = points.length ? String(Math.min(...points.map((p) => p[0]))) : "";
   if (!tEnd || points.length < 2) {
     ctx.fillStyle = muted;
     ctx.textAlign = "center";
@@ -60,7 +63,7 @@ export function drawChart(canvas, series, { tEnd, span, empty }) {
   }
   ctx.textBaseline = "alphabetic";
   ctx.textAlign = "center";
-  const step = span <= 60 ? 15 : 30;
+  const step = span <= 60 ? 15 : span <= 180 ? 30 : 120;
   for (let sec = span; sec >= 0; sec -= step) {
     const label = sec === 0 ? "now" : sec % 60 === 0 ? `-${sec / 60}m` : `-${sec}s`;
     ctx.fillStyle = muted;
