@@ -3,9 +3,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -27,6 +30,9 @@ import (
 // Admin is what the admin routes need.
 type Admin interface {
 	Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, bool, error)
+	// Patch changes an existing sale from its current state, serialised
+	// with every other change of the SKU (reconcile.Syncer.Patch).
+	Patch(ctx context.Context, id string, change func(cur sale.SKU) (orderstore.SKUChange, error)) (sale.SKU, error)
 	Warm(ctx context.Context, id string) (reconcile.WarmResult, error)
 }
 
@@ -114,6 +120,8 @@ func New(buy *purchase.Service, admin Admin, log *slog.Logger, cfg Config) *Serv
 
 func (s *Server) routes() {
 	s.handle("PUT /admin/v1/skus/{sku_id}", s.admin_(s.putSKU))
+	s.handle("PATCH /admin/v1/skus/{sku_id}", s.admin_(s.patchSKU))
+	s.handle("POST /admin/v1/skus/{sku_id}/restock", s.admin_(s.restockSKU))
 	s.handle("POST /admin/v1/skus/{sku_id}/warmup", s.admin_(s.warmup))
 	s.handle("GET /admin/v1/dlq", s.admin_(s.listDLQ))
 	s.handle("GET /admin/v1/skus/{sku_id}/audit", s.admin_(s.listAudit))
@@ -196,7 +204,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, pattern := s.mux.Handler(probe); pattern != "" {
@@ -264,7 +272,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	}
 	limit, err := queryUint(r, "limit", 100)
 	if err != nil || limit < 1 || limit > 1000 {
-		return fmt.Errorf("%w: limit must be 1..1000", sale.ErrInvalid)
+		return invalid("limit must be 1..1000")
 	}
 	es, err := s.cfg.Audit.Audit(r.Context(), id, int64(after), int(limit))
 	if err != nil {
@@ -311,9 +319,14 @@ type skuResponse struct {
 	State        string     `json:"state"`
 }
 
+// adminSKUResponse is the sale as every admin SKU route answers it, with
+// its allocation: stock (= total_stock) units offered, sold of them held by
+// orders in the database (pending payment or paid), db_stock not.
 type adminSKUResponse struct {
 	SKU          string     `json:"sku_id"`
 	Stock        int64      `json:"stock"`
+	TotalStock   int64      `json:"total_stock"`
+	Sold         int64      `json:"sold"`
 	DBStock      int64      `json:"db_stock"`
 	PerUserLimit int64      `json:"per_user_limit"`
 	StartsAt     *time.Time `json:"starts_at"`
@@ -321,10 +334,15 @@ type adminSKUResponse struct {
 	Created      bool       `json:"created"`
 }
 
+func adminSKUJSON(sku sale.SKU, created bool) adminSKUResponse {
+	return adminSKUResponse{SKU: sku.ID, Stock: sku.TotalStock, TotalStock: sku.TotalStock, Sold: sku.TotalStock - sku.Stock,
+		DBStock: sku.Stock, PerUserLimit: sku.PerUserLimit, StartsAt: timePtr(sku.StartsAt), EndsAt: timePtr(sku.EndsAt), Created: created}
+}
+
 func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("sku_id")
 	if !sale.ValidSKU(id) {
-		return fmt.Errorf("%w: sku_id must be 1-64 characters of A-Z a-z 0-9 _ -", sale.ErrInvalid)
+		return invalid("sku_id must be 1-64 characters of A-Z a-z 0-9 _ -")
 	}
 	var req putSKURequest
 	if err := decode(w, r, &req); err != nil {
@@ -332,9 +350,9 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch {
 	case req.Stock == nil || *req.Stock < 0 || *req.Stock > sale.MaxStock:
-		return fmt.Errorf("%w: stock is required, 0..%d", sale.ErrInvalid, sale.MaxStock)
+		return invalid("stock is required, 0..%d", sale.MaxStock)
 	case req.PerUserLimit == nil || *req.PerUserLimit < 1 || *req.PerUserLimit > sale.MaxPerUserLimit:
-		return fmt.Errorf("%w: per_user_limit is required, 1..%d", sale.ErrInvalid, sale.MaxPerUserLimit)
+		return invalid("per_user_limit is required, 1..%d", sale.MaxPerUserLimit)
 	}
 	c := orderstore.SKUChange{ID: id, TotalStock: *req.Stock, PerUserLimit: *req.PerUserLimit}
 	if req.StartsAt != nil {
@@ -343,8 +361,8 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	if req.EndsAt != nil {
 		c.EndsAt = req.EndsAt.UTC()
 	}
-	if !c.StartsAt.IsZero() && !c.EndsAt.IsZero() && !c.EndsAt.After(c.StartsAt) {
-		return fmt.Errorf("%w: ends_at must be after starts_at", sale.ErrInvalid)
+	if err := checkWindow(c); err != nil {
+		return err
 	}
 	sku, created, err := s.admin.Put(r.Context(), c)
 	if err != nil {
@@ -355,8 +373,132 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, adminSKUResponse{SKU: sku.ID, Stock: sku.TotalStock, DBStock: sku.Stock, PerUserLimit: sku.PerUserLimit,
-		StartsAt: timePtr(sku.StartsAt), EndsAt: timePtr(sku.EndsAt), Created: created})
+	writeJSON(w, status, adminSKUJSON(sku, created))
+	return nil
+}
+
+func checkWindow(c orderstore.SKUChange) error {
+	if !c.StartsAt.IsZero() && !c.EndsAt.IsZero() && !c.EndsAt.After(c.StartsAt) {
+		return invalid("ends_at must be after starts_at")
+	}
+	return nil
+}
+
+// patchSKURequest is the body of PATCH /admin/v1/skus/{sku_id}, a JSON
+// merge patch (RFC 7396) of the sale: a field left out keeps its value,
+// null clears a nullable one (starts_at, ends_at). A raw value is nil when
+// the field is absent and "null" when it is null.
+type patchSKURequest struct {
+	Stock        json.RawMessage `json:"stock"`
+	PerUserLimit json.RawMessage `json:"per_user_limit"`
+	StartsAt     json.RawMessage `json:"starts_at"`
+	EndsAt       json.RawMessage `json:"ends_at"`
+}
+
+// patchSKU changes only the fields the body names, computed from the sale
+// as it is under the SKU's change lock. The SKU must exist (404
+// unknown_sku otherwise: PUT creates).
+func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("sku_id")
+	if !sale.ValidSKU(id) {
+		return sale.ErrUnknownSKU
+	}
+	body, err := readBody(w, r, "application/merge-patch+json", "application/json")
+	if err != nil {
+		return err
+	}
+	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) == 0 || b[0] != '{' {
+		return invalid("the body must be a JSON object")
+	}
+	var req patchSKURequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	var stock, limit *int64
+	var startsAt, endsAt *time.Time
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  any
+	}{{"stock", req.Stock, &stock}, {"per_user_limit", req.PerUserLimit, &limit}, {"starts_at", req.StartsAt, &startsAt}, {"ends_at", req.EndsAt, &endsAt}} {
+		if f.raw == nil {
+			continue
+		}
+		if err := decodeJSON(f.raw, f.dst); err != nil {
+			return invalid("field %q must be %s", f.name, map[string]string{
+				"stock": "a whole number", "per_user_limit": "a whole number",
+				"starts_at": "an RFC 3339 time string or null", "ends_at": "an RFC 3339 time string or null"}[f.name])
+		}
+	}
+	switch {
+	case req.Stock != nil && (stock == nil || *stock < 0 || *stock > sale.MaxStock):
+		return invalid("stock must be 0..%d", sale.MaxStock)
+	case req.PerUserLimit != nil && (limit == nil || *limit < 1 || *limit > sale.MaxPerUserLimit):
+		return invalid("per_user_limit must be 1..%d", sale.MaxPerUserLimit)
+	}
+	sku, err := s.admin.Patch(r.Context(), id, func(cur sale.SKU) (orderstore.SKUChange, error) {
+		c := orderstore.SKUChange{ID: id, TotalStock: cur.TotalStock, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt}
+		if stock != nil {
+			c.TotalStock = *stock
+		}
+		if limit != nil {
+			c.PerUserLimit = *limit
+		}
+		if req.StartsAt != nil {
+			c.StartsAt = time.Time{}
+			if startsAt != nil {
+				c.StartsAt = startsAt.UTC()
+			}
+		}
+		if req.EndsAt != nil {
+			c.EndsAt = time.Time{}
+			if endsAt != nil {
+				c.EndsAt = endsAt.UTC()
+			}
+		}
+		return c, checkWindow(c)
+	})
+	if err != nil {
+		return err
+	}
+	_ = s.buy.SKUChanged(r.Context(), sku.ID, "patch")
+	writeJSON(w, http.StatusOK, adminSKUJSON(sku, false))
+	return nil
+}
+
+// restockRequest is the body of POST /admin/v1/skus/{sku_id}/restock.
+type restockRequest struct {
+	Delta *int64 `json:"delta"`
+}
+
+// restockSKU changes the sale's allocation by a delta (units added, or
+// removed when negative), whatever it is now: two restocks of 10 add 20,
+// and no value read earlier can be stale.
+func (s *Server) restockSKU(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("sku_id")
+	if !sale.ValidSKU(id) {
+		return sale.ErrUnknownSKU
+	}
+	var req restockRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if req.Delta == nil || *req.Delta == 0 || *req.Delta < -sale.MaxStock || *req.Delta > sale.MaxStock {
+		return invalid("delta is required: a non-zero whole number, -%d..%d", sale.MaxStock, sale.MaxStock)
+	}
+	delta := *req.Delta
+	sku, err := s.admin.Patch(r.Context(), id, func(cur sale.SKU) (orderstore.SKUChange, error) {
+		total := cur.TotalStock + delta
+		if total < 0 || total > sale.MaxStock {
+			return orderstore.SKUChange{}, invalid("delta %d would take stock from %d to %d, outside 0..%d", delta, cur.TotalStock, total, sale.MaxStock)
+		}
+		return orderstore.SKUChange{ID: id, TotalStock: total, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt}, nil
+	})
+	if err != nil {
+		return err
+	}
+	_ = s.buy.SKUChanged(r.Context(), sku.ID, "restock")
+	writeJSON(w, http.StatusOK, adminSKUJSON(sku, false))
 	return nil
 }
 
@@ -404,14 +546,33 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	if req.Quantity != nil {
 		qty = *req.Quantity
 	}
+	key := r.Header.Get("Idempotency-Key")
 	res, err := s.buy.Buy(r.Context(), purchase.Request{
-		User: userOf(r), SKU: req.SKU, Quantity: qty, IdempotencyKey: r.Header.Get("Idempotency-Key"), ClientIP: peerIP(r),
+		User: userOf(r), SKU: req.SKU, Quantity: qty, IdempotencyKey: key, ClientIP: peerIP(r),
 	})
+	if errors.Is(err, sale.ErrInvalid) {
+		return orderInputError(err, req.SKU, qty, key)
+	}
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, orderAccepted{OrderID: res.OrderID, Status: string(res.Status)})
 	return nil
+}
+
+// orderInputError names the input rule of the purchase path (purchase.Buy)
+// that err reports broken, in words written for the client.
+func orderInputError(err error, sku string, qty int64, key string) error {
+	msg := "the purchase request is invalid"
+	switch {
+	case !sale.ValidSKU(sku):
+		msg = "sku_id must be 1-64 characters of A-Z a-z 0-9 _ -"
+	case qty < 1 || qty > sale.MaxQuantity:
+		msg = fmt.Sprintf("quantity must be 1..%d", sale.MaxQuantity)
+	case key != "" && !sale.ValidIdempotencyKey(key):
+		msg = fmt.Sprintf("Idempotency-Key must be 1-%d printable ASCII characters", sale.MaxIdempotencyKey)
+	}
+	return &publicError{base: err, msg: msg}
 }
 
 type orderResponse struct {
@@ -456,7 +617,7 @@ func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if len(req.PaymentRef) > 128 {
-		return fmt.Errorf("%w: payment_ref longer than 128", sale.ErrInvalid)
+		return invalid("payment_ref longer than 128")
 	}
 	o, err := s.cfg.Lifecycle.Pay(r.Context(), userOf(r), r.PathValue("order_id"), req.PaymentRef)
 	if err != nil {
@@ -493,7 +654,7 @@ func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.PaymentSecret == "" {
 		return errCallbackDisabled
 	}
-	body, err := readBody(w, r)
+	body, err := readBody(w, r, "application/json")
 	if err != nil {
 		return err
 	}
@@ -505,7 +666,7 @@ func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(req.PaymentRef) > 128 {
-		return fmt.Errorf("%w: payment_ref longer than 128", sale.ErrInvalid)
+		return invalid("payment_ref longer than 128")
 	}
 	o, err := s.cfg.Lifecycle.Pay(r.Context(), "", req.OrderID, req.PaymentRef)
 	if err != nil {
@@ -529,7 +690,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	status, code := "ok", http.StatusOK
 	for _, c := range s.cfg.Ready {
 		if err := c.Check(r.Context()); err != nil {
-			checks[c.Name] = err.Error()
+			// The error names addresses and drivers: the log gets it.
+			s.log.Info("readyz: check failed", "check", c.Name, "err", err)
+			checks[c.Name] = "unavailable"
 			if c.Critical {
 				status, code = "unavailable", http.StatusServiceUnavailable
 			} else if status == "ok" {
@@ -560,7 +723,7 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) error {
 	}
 	limit, err := queryUint(r, "limit", 100)
 	if err != nil || limit < 1 || limit > 1000 {
-		return fmt.Errorf("%w: limit must be 1..1000", sale.ErrInvalid)
+		return invalid("limit must be 1..1000")
 	}
 	ds, n, err := s.cfg.DeadLetters.List(r.Context(), after, int(limit))
 	if err != nil {
@@ -580,7 +743,7 @@ func (s *Server) dlqAction(replay bool) handlerFunc {
 		}
 		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 		if err != nil || seq == 0 {
-			return fmt.Errorf("%w: seq must be a positive whole number", sale.ErrInvalid)
+			return invalid("seq must be a positive whole number")
 		}
 		var a deadletter.Action
 		if replay {
@@ -606,7 +769,7 @@ func queryUint(r *http.Request, name string, def uint64) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s must be a whole number", sale.ErrInvalid, name)
+		return 0, invalid("%s must be a whole number", name)
 	}
 	return n, nil
 }

@@ -319,6 +319,38 @@ func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, boo
 		return sale.SKU{}, false, err
 	}
 	defer unlock()
+	return s.put(ctx, token, c)
+}
+
+// Patch changes an existing sale: change gets the sale as the database has
+// it now and returns its new description, which is then applied as by Put,
+// all under the SKU's change lock. So a change computed from the current
+// values (a restock by a delta, one field replaced) is exact whatever Puts,
+// Patches or sales race with it: no other change of the SKU's allocation
+// or settings can fall between the read and the write. An absent SKU gives
+// an error wrapping sale.ErrUnknownSKU; an error from change is returned
+// as it is, with nothing changed.
+func (s *Syncer) Patch(ctx context.Context, id string, change func(cur sale.SKU) (orderstore.SKUChange, error)) (sale.SKU, error) {
+	token, unlock, err := s.lock(ctx, id)
+	if err != nil {
+		return sale.SKU{}, err
+	}
+	defer unlock()
+	cur, err := s.store.SKU(ctx, id)
+	if err != nil {
+		return sale.SKU{}, err
+	}
+	c, err := change(cur)
+	if err != nil {
+		return sale.SKU{}, err
+	}
+	c.ID = id
+	sku, _, err := s.put(ctx, token, c)
+	return sku, err
+}
+
+// put is Put under the change lock held with token.
+func (s *Syncer) put(ctx context.Context, token string, c orderstore.SKUChange) (sale.SKU, bool, error) {
 	cfg := stockgate.Config{PerUserLimit: c.PerUserLimit, StartsAt: c.StartsAt, EndsAt: c.EndsAt, Lock: token}
 	cur, err := s.store.SKU(ctx, c.ID)
 	exists := err == nil
