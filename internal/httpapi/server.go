@@ -13,12 +13,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
 
+	"github.com/flashsale/flashsale/api"
 	"github.com/flashsale/flashsale/internal/deadletter"
 	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/orderstore"
@@ -106,6 +108,8 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	mux   *http.ServeMux
+	// patterns are the mux's patterns, in the order registered (Routes).
+	patterns []string
 }
 
 // New returns the API handler.
@@ -145,10 +149,11 @@ func (s *Server) routes() {
 		s.handle("POST /api/v1/orders/{order_id}/cancel", s.limited(s.user(s.cancelOrder)))
 		s.handle("POST /api/v1/payments/callback", s.paymentCallback)
 	}
+	s.handle("GET /openapi.yaml", s.openAPI)
 	s.handle("GET /healthz", s.healthz)
 	s.handle("GET /readyz", s.readyz)
 	if s.cfg.Metrics != nil {
-		s.mux.Handle("GET /metrics", s.cfg.Metrics)
+		s.handleRaw("GET /metrics", s.cfg.Metrics)
 	}
 	if s.cfg.Overview != nil {
 		s.handle("GET /admin/v1/overview", s.admin_(func(w http.ResponseWriter, r *http.Request) error {
@@ -161,8 +166,8 @@ func (s *Server) routes() {
 		}))
 	}
 	if s.cfg.Dashboard != nil {
-		s.mux.Handle("GET /dashboard/", s.cfg.Dashboard)
-		s.mux.Handle("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
+		s.handleRaw("GET /dashboard/", s.cfg.Dashboard)
+		s.handleRaw("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
 	}
 }
 
@@ -178,7 +183,18 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Routes returns the patterns of every route served, in the order
+// registered ("METHOD /path/{name}", as net/http.ServeMux takes them).
+// api/openapi.yaml documents each (a test checks both ways).
+func (s *Server) Routes() []string { return slices.Clone(s.patterns) }
+
+func (s *Server) handleRaw(pattern string, h http.Handler) {
+	s.patterns = append(s.patterns, pattern)
+	s.mux.Handle(pattern, h)
+}
+
 func (s *Server) handle(pattern string, h handlerFunc) {
+	s.patterns = append(s.patterns, pattern)
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
@@ -673,6 +689,13 @@ func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, orderJSON(o))
+	return nil
+}
+
+// openAPI serves the API's OpenAPI document (api/openapi.yaml).
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(api.OpenAPI)
 	return nil
 }
 
