@@ -127,7 +127,7 @@ func (c *contract) call(want int, reqValid bool, method, path, body string, head
 // client must never see.
 var internalText = []string{"orderstore", "reconcile", "stockgate", "pgx", "pgconn", "mysql", "SQLSTATE", "sql:", "redis", "rueidis",
 	"nats", "jetstream", "context canceled", "context deadline", "deadline exceeded", "json:", "Go struct", "Go value", "struct field",
-	"dial tcp", "connection refused", "EOF", "%!", "lock", "sku c ", "\n"}
+	"tcp ", "connection refused", "connection reset", "EOF", "%!", "lock", "sku c ", "\n"}
 
 // checkErrorBody asserts an error response has a code and a message free of
 // internal text.
