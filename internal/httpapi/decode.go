@@ -84,7 +84,7 @@ func jsonMessage(err error) string {
 		return fmt.Sprintf("field %q must be %s", typeErr.Field, jsonType(typeErr.Type))
 	case errors.As(err, &syntaxErr):
 		return fmt.Sprintf("malformed JSON at byte %d", syntaxErr.Offset)
-	case errors.As(err, &timeErr):
+	case errors.As(err, &timeErr), strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"): // the latter: not a string
 		return "times must be RFC 3339 strings, e.g. 2026-12-01T12:00:00Z"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "the body is empty or ends early"
