@@ -388,3 +388,27 @@ BEGIN IF NEW.user_id LIKE 'poison%' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEX
 		}
 	}
 }
+
+// TestOpenAPIContractRefusals covers the refusals that need another
+// configuration: the admin API and the payment callback switched off (403),
+// and the instance's rate limit (429, Retry-After).
+func TestOpenAPIContractRefusals(t *testing.T) {
+	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_ADMIN_TOKEN", "", "FLASHSALE_PAYMENT_SECRET", "",
+		"FLASHSALE_RATE_LIMIT_INSTANCE", "0.001", "FLASHSALE_RATE_LIMIT_INSTANCE_BURST", "1"))
+	c := newContract(t, h)
+	admin := "Authorization: Bearer anything"
+	if r := c.call(403, true, "PUT", "/admin/v1/skus/c", `{"stock":1,"per_user_limit":1}`, admin); r.code() != "admin_disabled" {
+		t.Fatal(r.Raw)
+	}
+	c.call(403, true, "PATCH", "/admin/v1/skus/c", `{"stock":1}`, admin, "Content-Type: application/merge-patch+json")
+	c.call(403, true, "POST", "/admin/v1/skus/c/restock", `{"delta":1}`, admin)
+	c.call(403, true, "GET", "/admin/v1/overview", "", admin)
+	if r := c.call(403, true, "POST", "/api/v1/payments/callback", `{"order_id":"x"}`, "X-Flashsale-Signature: sha256=00"); r.code() != "callback_disabled" {
+		t.Fatal(r.Raw)
+	}
+	c.call(404, true, "GET", "/api/v1/skus/c", "") // the one request of the burst
+	if r := c.call(429, true, "GET", "/api/v1/skus/c", ""); r.code() != "rate_limited" {
+		t.Fatal(r.Raw)
+	}
+	c.call(429, true, "POST", "/api/v1/orders", `{"sku_id":"c"}`, "Authorization: Bearer "+userToken(t, "u"))
+}
