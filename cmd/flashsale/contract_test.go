@@ -225,8 +225,11 @@ func TestOpenAPIContract(t *testing.T) {
 	}
 	c.call(400, true, "POST", "/admin/v1/skus/c/restock", `{"delta":-18}`, admin)
 	c.call(404, true, "POST", "/admin/v1/skus/nope/restock", `{"delta":1}`, admin)
-	r = c.call(200, true, "PATCH", "/admin/v1/skus/c", `{}`, admin, merge)
+	r = c.call(200, true, "GET", "/admin/v1/skus/c", "", admin)
 	adminSKU(t, r, 17, 0, 17) // the refusals changed nothing
+	c.call(404, true, "GET", "/admin/v1/skus/nope", "", admin)
+	c.call(401, true, "GET", "/admin/v1/skus/c", "")
+	c.call(200, true, "PATCH", "/admin/v1/skus/c", `{}`, admin, merge)
 
 	// Warm-up.
 	c.call(200, true, "POST", "/admin/v1/skus/c/warmup", "", admin)
@@ -278,7 +281,7 @@ func TestOpenAPIContract(t *testing.T) {
 	c.call(401, true, "GET", "/api/v1/orders/"+alice, "")
 
 	// Allocation with units sold: a reduction below them is refused.
-	r = c.call(200, true, "PATCH", "/admin/v1/skus/c", `{}`, admin, merge)
+	r = c.call(200, true, "GET", "/admin/v1/skus/c", "", admin)
 	adminSKU(t, r, 17, 3, 14)
 	c.call(409, true, "PATCH", "/admin/v1/skus/c", `{"stock":2}`, admin, merge)
 	c.call(409, true, "POST", "/admin/v1/skus/c/restock", `{"delta":-15}`, admin)

@@ -32,6 +32,8 @@ import (
 // Admin is what the admin routes need.
 type Admin interface {
 	Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, bool, error)
+	// SKU reads a sale from the database of record.
+	SKU(ctx context.Context, id string) (sale.SKU, error)
 	// Patch changes an existing sale from its current state, serialised
 	// with every other change of the SKU (reconcile.Syncer.Patch).
 	Patch(ctx context.Context, id string, change func(cur sale.SKU) (orderstore.SKUChange, error)) (sale.SKU, error)
@@ -123,6 +125,7 @@ func New(buy *purchase.Service, admin Admin, log *slog.Logger, cfg Config) *Serv
 }
 
 func (s *Server) routes() {
+	s.handle("GET /admin/v1/skus/{sku_id}", s.admin_(s.getAdminSKU))
 	s.handle("PUT /admin/v1/skus/{sku_id}", s.admin_(s.putSKU))
 	s.handle("PATCH /admin/v1/skus/{sku_id}", s.admin_(s.patchSKU))
 	s.handle("POST /admin/v1/skus/{sku_id}/restock", s.admin_(s.restockSKU))
@@ -353,6 +356,20 @@ type adminSKUResponse struct {
 func adminSKUJSON(sku sale.SKU, created bool) adminSKUResponse {
 	return adminSKUResponse{SKU: sku.ID, Stock: sku.TotalStock, TotalStock: sku.TotalStock, Sold: sku.TotalStock - sku.Stock,
 		DBStock: sku.Stock, PerUserLimit: sku.PerUserLimit, StartsAt: timePtr(sku.StartsAt), EndsAt: timePtr(sku.EndsAt), Created: created}
+}
+
+// getAdminSKU answers the sale as the database has it, with its allocation.
+func (s *Server) getAdminSKU(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("sku_id")
+	if !sale.ValidSKU(id) {
+		return sale.ErrUnknownSKU
+	}
+	sku, err := s.admin.SKU(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, adminSKUJSON(sku, false))
+	return nil
 }
 
 func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {

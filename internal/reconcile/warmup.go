@@ -322,6 +322,12 @@ func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, boo
 	return s.put(ctx, token, c)
 }
 
+// SKU returns the sale as the database has it (allocation, stock, limit,
+// window). An absent SKU gives an error wrapping sale.ErrUnknownSKU.
+func (s *Syncer) SKU(ctx context.Context, id string) (sale.SKU, error) {
+	return s.store.SKU(ctx, id)
+}
+
 // Patch changes an existing sale: change gets the sale as the database has
 // it now and returns its new description, which is then applied as by Put,
 // all under the SKU's change lock. So a change computed from the current
