@@ -335,7 +335,7 @@ func (s *Syncer) SKU(ctx context.Context, id string) (sale.SKU, error) {
 // Patches or sales race with it: no other change of the SKU's allocation
 // or settings can fall between the read and the write. An absent SKU gives
 // an error wrapping sale.ErrUnknownSKU; an error from change is returned
-// as it is, with nothing changed.
+// as it is, with nothing changed. A change equal to the sale writes nothing.
 func (s *Syncer) Patch(ctx context.Context, id string, change func(cur sale.SKU) (orderstore.SKUChange, error)) (sale.SKU, error) {
 	token, unlock, err := s.lock(ctx, id)
 	if err != nil {
@@ -351,6 +351,9 @@ func (s *Syncer) Patch(ctx context.Context, id string, change func(cur sale.SKU)
 		return sale.SKU{}, err
 	}
 	c.ID = id
+	if c.TotalStock == cur.TotalStock && c.PerUserLimit == cur.PerUserLimit && c.StartsAt.Equal(cur.StartsAt) && c.EndsAt.Equal(cur.EndsAt) {
+		return cur, nil // nothing to change: no write, no audit row
+	}
 	sku, _, err := s.put(ctx, token, c)
 	return sku, err
 }
