@@ -794,6 +794,9 @@ func (s *Server) dlqAction(replay bool) handlerFunc {
 		if deadletter.IsNotFound(err) {
 			return errNoDeadLetter
 		}
+		if replay && errors.Is(err, sale.ErrInvalid) {
+			return &publicError{base: err, msg: fmt.Sprintf("dead letter %d is malformed and cannot be replayed; discard it", seq)}
+		}
 		if err != nil {
 			return err
 		}
