@@ -82,6 +82,19 @@ func TestErrorsShowNoInternals(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A reduction while Redis does not hold the sale says what to do.
+	if err := h.a.gate.Fence(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	r = h.putSKU("c", `{"stock":9,"per_user_limit":2}`)
+	check("reduction of an unloaded sale", r, 503, "unavailable")
+	if msg, _ := r.Body["error"].(map[string]any)["message"].(string); !strings.Contains(msg, "warm it up") {
+		t.Errorf("reduction of an unloaded sale: %s", r.Raw)
+	}
+	if r := h.do(http.MethodPost, "/admin/v1/skus/c/warmup", "", "Authorization: Bearer "+testAdmin); r.Status != http.StatusOK {
+		t.Fatalf("warmup: %d %s", r.Status, r.Raw)
+	}
+
 	// The database and Redis down: readiness and purchases (the fallback).
 	dbProxy.Cut()
 	redisProxy.Cut()

@@ -399,7 +399,7 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	}
 	sku, created, err := s.admin.Put(r.Context(), c)
 	if err != nil {
-		return err
+		return changeError(err)
 	}
 	_ = s.buy.SKUChanged(r.Context(), sku.ID, "put")
 	status := http.StatusOK
@@ -408,6 +408,15 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, status, adminSKUJSON(sku, created))
 	return nil
+}
+
+// changeError tells the admin what to do about a refused reduction of a
+// sale Redis does not hold (reconcile.Syncer.Put); other errors are as is.
+func changeError(err error) error {
+	if errors.Is(err, sale.ErrNotWarmed) {
+		return &publicError{base: err, msg: "The sale is not loaded in the stock gate, so the units in flight are not known: warm it up (POST /admin/v1/skus/{sku_id}/warmup), then reduce."}
+	}
+	return err
 }
 
 func checkWindow(c orderstore.SKUChange) error {
@@ -492,7 +501,7 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request) error {
 		return c, checkWindow(c)
 	})
 	if err != nil {
-		return err
+		return changeError(err)
 	}
 	_ = s.buy.SKUChanged(r.Context(), sku.ID, "patch")
 	writeJSON(w, http.StatusOK, adminSKUJSON(sku, false))
@@ -528,7 +537,7 @@ func (s *Server) restockSKU(w http.ResponseWriter, r *http.Request) error {
 		return orderstore.SKUChange{ID: id, TotalStock: total, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt}, nil
 	})
 	if err != nil {
-		return err
+		return changeError(err)
 	}
 	_ = s.buy.SKUChanged(r.Context(), sku.ID, "restock")
 	writeJSON(w, http.StatusOK, adminSKUJSON(sku, false))

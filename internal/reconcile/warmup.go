@@ -378,7 +378,7 @@ func (s *Syncer) put(ctx context.Context, token string, c orderstore.SKUChange) 
 			// Redis does not hold the sale (being rebuilt, or lost): the
 			// units in flight are not known here, and the database stock
 			// still counts them. Refuse rather than take a promised unit.
-			return sale.SKU{}, false, fmt.Errorf("%w: the sale is not loaded in redis; warm it up, then reduce", sale.ErrUnavailable)
+			return sale.SKU{}, false, fmt.Errorf("%w (%w): warm it up, then reduce", sale.ErrUnavailable, sale.ErrNotWarmed)
 		default:
 			return sale.SKU{}, false, err
 		}
