@@ -8,7 +8,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
 )
@@ -23,17 +26,18 @@ const maxDepth = 8
 // at most maxBody bytes, no unknown fields, no repeated keys, no trailing
 // data, bounded depth.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := readBody(w, r)
+	body, err := readBody(w, r, "application/json")
 	if err != nil {
 		return err
 	}
 	return decodeJSON(body, v)
 }
 
-// readBody checks the Content-Type and reads at most maxBody bytes.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+// readBody checks that the Content-Type is one of types and reads at most
+// maxBody bytes.
+func readBody(w http.ResponseWriter, r *http.Request, types ...string) ([]byte, error) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "application/json" {
+	if err != nil || !slices.Contains(types, mt) {
 		return nil, errMediaType
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
@@ -42,7 +46,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		if errors.As(err, &tooLarge) {
 			return nil, errTooLarge
 		}
-		return nil, fmt.Errorf("%w: reading body: %v", sale.ErrInvalid, err)
+		return nil, &publicError{base: fmt.Errorf("%w: reading body: %w", sale.ErrInvalid, err), msg: "The request body could not be read."}
 	}
 	return body, nil
 }
@@ -58,12 +62,63 @@ func decodeJSON(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: malformed JSON: %v", sale.ErrInvalid, err)
+		return &publicError{base: fmt.Errorf("%w: malformed JSON: %w", sale.ErrInvalid, err), msg: jsonMessage(err)}
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: trailing data after the JSON object", sale.ErrInvalid)
+		return invalid("trailing data after the JSON object")
 	}
 	return nil
+}
+
+// jsonMessage says what is wrong with a body encoding/json refused, in the
+// client's terms: JSON field names and JSON types, never Go's.
+func jsonMessage(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	var timeErr *time.ParseError
+	switch {
+	case errors.As(err, &typeErr):
+		if typeErr.Field == "" {
+			return "the body must be a JSON object"
+		}
+		return fmt.Sprintf("field %q must be %s", typeErr.Field, jsonType(typeErr.Type))
+	case errors.As(err, &syntaxErr):
+		return fmt.Sprintf("malformed JSON at byte %d", syntaxErr.Offset)
+	case errors.As(err, &timeErr), strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"): // the latter: not a string
+		return "times must be RFC 3339 strings, e.g. 2026-12-01T12:00:00Z"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the body is empty or ends early"
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return "unknown field " + name
+	}
+	return "malformed JSON"
+}
+
+// jsonType names the JSON type that decodes into t.
+func jsonType(t reflect.Type) string {
+	if t == reflect.TypeFor[time.Time]() {
+		return "an RFC 3339 time string"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number in range"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative whole number in range"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonType(t.Elem())
+	}
+	return "of another type"
 }
 
 func checkDepth(b []byte) error {
@@ -81,7 +136,7 @@ func checkDepth(b []byte) error {
 		case c == '{' || c == '[':
 			depth++
 			if depth > maxDepth {
-				return fmt.Errorf("%w: JSON nested deeper than %d", sale.ErrInvalid, maxDepth)
+				return invalid("JSON nested deeper than %d", maxDepth)
 			}
 		case c == '}' || c == ']':
 			depth--
@@ -131,7 +186,7 @@ func checkDuplicateKeys(b []byte) error {
 			if n := len(stack); n > 0 && stack[n-1].keys != nil && stack[n-1].wantKey {
 				k := strings.ToLower(strings.ToUpper(t))
 				if _, dup := stack[n-1].keys[k]; dup {
-					return fmt.Errorf("%w: key %q appears more than once", sale.ErrInvalid, t)
+					return invalid("key %q appears more than once", t)
 				}
 				stack[n-1].keys[k] = struct{}{}
 				stack[n-1].wantKey = false

@@ -150,3 +150,34 @@ func FuzzVerifyToken(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeMessages: a refused body is explained in JSON terms (field
+// names and JSON types), never with Go's type or package names.
+func TestDecodeMessages(t *testing.T) {
+	cases := []struct{ body, want string }{
+		{`{"stock":"1"}`, `field "stock" must be a whole number in range`},
+		{`{"stock":1.5}`, `field "stock" must be a whole number in range`},
+		{`{"stock":99999999999999999999}`, `field "stock" must be a whole number in range`},
+		{`{"ends_at":5}`, `times must be RFC 3339 strings, e.g. 2026-12-01T12:00:00Z`},
+		{`{"ends_at":"soon"}`, `times must be RFC 3339 strings, e.g. 2026-12-01T12:00:00Z`},
+		{`{"colour":1}`, `unknown field "colour"`},
+		{`{"stock":1,`, `the body is empty or ends early`},
+		{``, `the body is empty or ends early`},
+		{`{"stock":}`, `malformed JSON at byte 10`},
+		{`[1]`, `the body must be a JSON object`},
+		{`{"stock":1} x`, `trailing data after the JSON object`},
+		{`{"stock":1,"Stock":2}`, `key "Stock" appears more than once`},
+	}
+	for _, c := range cases {
+		var v putSKURequest
+		err := decodeJSON([]byte(c.body), &v)
+		var pe *publicError
+		if !errors.As(err, &pe) || !errors.Is(err, sale.ErrInvalid) {
+			t.Errorf("%q: %v, want a public invalid_request", c.body, err)
+			continue
+		}
+		if pe.msg != c.want {
+			t.Errorf("%q: message %q, want %q", c.body, pe.msg, c.want)
+		}
+	}
+}

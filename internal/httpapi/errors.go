@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -12,38 +13,46 @@ import (
 	"github.com/flashsale/flashsale/internal/sale"
 )
 
-// errorCode maps an error to its HTTP status and stable machine-readable code.
-// This table is the API contract for errors (README lists it).
+// errorCodes maps an error to its HTTP status, stable machine-readable code
+// and the fixed sentence shown to clients. This table is the API contract
+// for errors (README and api/openapi.yaml list it). The text of the error
+// itself never reaches a client (it may name packages, drivers, addresses):
+// it goes to the log. Only a detail written for clients (a *publicError,
+// made by this package's input checks) replaces the sentence.
 var errorCodes = []struct {
-	err    error
-	status int
-	code   string
+	err     error
+	status  int
+	code    string
+	message string
 }{
-	{sale.ErrInvalid, http.StatusBadRequest, "invalid_request"},
-	{errUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
-	{errAdminDisabled, http.StatusForbidden, "admin_disabled"},
-	{sale.ErrUnknownSKU, http.StatusNotFound, "unknown_sku"},
-	{sale.ErrOrderNotFound, http.StatusNotFound, "order_not_found"},
-	{errNotFound, http.StatusNotFound, "not_found"},
-	{errMethod, http.StatusMethodNotAllowed, "method_not_allowed"},
-	{sale.ErrSoldOut, http.StatusConflict, "sold_out"},
-	{sale.ErrLimitReached, http.StatusConflict, "limit_reached"},
-	{sale.ErrSaleNotOpen, http.StatusConflict, "sale_not_started"},
-	{sale.ErrSaleEnded, http.StatusConflict, "sale_ended"},
-	{sale.ErrStockConflict, http.StatusConflict, "stock_conflict"},
-	{sale.ErrOrderExpired, http.StatusConflict, "order_expired"},
-	{sale.ErrOrderPaid, http.StatusConflict, "order_paid"},
-	{sale.ErrOrderFailed, http.StatusConflict, "order_failed"},
-	{sale.ErrOrderQueued, http.StatusConflict, "order_queued"},
-	{errCallbackDisabled, http.StatusForbidden, "callback_disabled"},
-	{errTooLarge, http.StatusRequestEntityTooLarge, "body_too_large"},
-	{errMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type"},
-	{sale.ErrRateLimited, http.StatusTooManyRequests, "rate_limited"},
-	{sale.ErrBusy, http.StatusServiceUnavailable, "busy"},
-	{errNoDeadLetter, http.StatusNotFound, "dead_letter_not_found"},
-	{sale.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
-	{sale.ErrNotWarmed, http.StatusServiceUnavailable, "unavailable"},
+	{sale.ErrInvalid, http.StatusBadRequest, "invalid_request", "The request is invalid."},
+	{errUnauthenticated, http.StatusUnauthorized, "unauthenticated", "Authentication is missing or not valid."},
+	{errAdminDisabled, http.StatusForbidden, "admin_disabled", "The admin API is disabled on this instance."},
+	{sale.ErrUnknownSKU, http.StatusNotFound, "unknown_sku", "There is no sale for this SKU."},
+	{sale.ErrOrderNotFound, http.StatusNotFound, "order_not_found", "There is no such order."},
+	{errNotFound, http.StatusNotFound, "not_found", "There is no such route."},
+	{errMethod, http.StatusMethodNotAllowed, "method_not_allowed", "The route does not allow this method."},
+	{sale.ErrSoldOut, http.StatusConflict, "sold_out", "Fewer units are left than asked for."},
+	{sale.ErrLimitReached, http.StatusConflict, "limit_reached", "The purchase would exceed the per-user limit."},
+	{sale.ErrSaleNotOpen, http.StatusConflict, "sale_not_started", "The sale has not started yet."},
+	{sale.ErrSaleEnded, http.StatusConflict, "sale_ended", "The sale has ended."},
+	{sale.ErrStockConflict, http.StatusConflict, "stock_conflict", "More units are sold or reserved than the new stock allows; nothing was changed."},
+	{sale.ErrOrderExpired, http.StatusConflict, "order_expired", "The order was cancelled or its payment deadline has passed."},
+	{sale.ErrOrderPaid, http.StatusConflict, "order_paid", "The order is paid."},
+	{sale.ErrOrderFailed, http.StatusConflict, "order_failed", "The order failed: it never held stock."},
+	{sale.ErrOrderQueued, http.StatusConflict, "order_queued", "The order is still queued; retry in a moment."},
+	{errCallbackDisabled, http.StatusForbidden, "callback_disabled", "Payment callbacks are disabled: no payment secret is configured."},
+	{errTooLarge, http.StatusRequestEntityTooLarge, "body_too_large", "The request body is larger than 8 KiB."},
+	{errMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type", "The Content-Type must be application/json (PATCH also takes application/merge-patch+json)."},
+	{sale.ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "Too many requests; retry after the Retry-After seconds."},
+	{sale.ErrBusy, http.StatusServiceUnavailable, "busy", ""}, // busyMessage
+	{errNoDeadLetter, http.StatusNotFound, "dead_letter_not_found", "There is no dead letter with this sequence number."},
+	{sale.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "The service is temporarily unavailable; retry shortly."},
+	{sale.ErrNotWarmed, http.StatusServiceUnavailable, "unavailable", "The service is temporarily unavailable; retry shortly."},
 }
+
+// internalMessage is the message of 500 internal.
+const internalMessage = "Internal error."
 
 var (
 	errNotFound         = errors.New("no such route")
@@ -53,6 +62,22 @@ var (
 	errNoDeadLetter     = errors.New("no such dead letter")
 	errCallbackDisabled = errors.New("payment callbacks are disabled: no payment secret configured")
 )
+
+// publicError is an error whose message was written for clients (it names
+// only what the client sent and the rule it broke). It wraps the sentinel
+// that picks its code.
+type publicError struct {
+	base error
+	msg  string
+}
+
+func (e *publicError) Error() string { return e.msg }
+func (e *publicError) Unwrap() error { return e.base }
+
+// invalid returns a 400 invalid_request whose message is shown as written.
+func invalid(format string, args ...any) error {
+	return &publicError{base: sale.ErrInvalid, msg: fmt.Sprintf(format, args...)}
+}
 
 // busyMessage is the message of 503 busy, in the buyer's language.
 func busyMessage(r *http.Request) string {
@@ -74,24 +99,35 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// writeError answers err with its status and code. Unknown errors are 500
-// with a generic message, and logged.
+// writeError answers err with its status, code and the code's fixed
+// message (or the client-facing detail of a *publicError). Unknown errors
+// are 500 internal. The error's own text goes to the log only: at error
+// level for 500, info for other 5xx, debug for 4xx.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var b errorBody
 	status := http.StatusInternalServerError
 	b.Error.Code = "internal"
-	b.Error.Message = "internal error"
+	b.Error.Message = internalMessage
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
-			status, b.Error.Code, b.Error.Message = e.status, e.code, err.Error()
+			status, b.Error.Code, b.Error.Message = e.status, e.code, e.message
 			break
 		}
+	}
+	detail := err
+	if pe := (*publicError)(nil); errors.As(err, &pe) && status != http.StatusInternalServerError {
+		b.Error.Message, detail = pe.msg, pe.base
 	}
 	if b.Error.Code == "busy" {
 		b.Error.Message = busyMessage(r)
 	}
-	if status == http.StatusInternalServerError {
+	switch {
+	case status == http.StatusInternalServerError:
 		log.ErrorContext(r.Context(), "http: internal error", "err", err)
+	case status >= 500:
+		log.InfoContext(r.Context(), "http: "+b.Error.Code, "status", status, "err", detail)
+	default:
+		log.DebugContext(r.Context(), "http: "+b.Error.Code, "status", status, "err", detail)
 	}
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")

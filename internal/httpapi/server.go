@@ -3,19 +3,24 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
 
+	"github.com/flashsale/flashsale/api"
 	"github.com/flashsale/flashsale/internal/deadletter"
 	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/orderstore"
@@ -28,6 +33,11 @@ import (
 // Admin is what the admin routes need.
 type Admin interface {
 	Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, bool, error)
+	// SKU reads a sale from the database of record.
+	SKU(ctx context.Context, id string) (sale.SKU, error)
+	// Patch changes an existing sale from its current state, serialised
+	// with every other change of the SKU (reconcile.Syncer.Patch).
+	Patch(ctx context.Context, id string, change func(cur sale.SKU) (orderstore.SKUChange, error)) (sale.SKU, error)
 	Warm(ctx context.Context, id string) (reconcile.WarmResult, error)
 }
 
@@ -103,6 +113,8 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	mux   *http.ServeMux
+	// patterns are the mux's patterns, in the order registered (Routes).
+	patterns []string
 }
 
 // New returns the API handler.
@@ -116,7 +128,10 @@ func New(buy *purchase.Service, admin Admin, log *slog.Logger, cfg Config) *Serv
 }
 
 func (s *Server) routes() {
+	s.handle("GET /admin/v1/skus/{sku_id}", s.admin_(s.getAdminSKU))
 	s.handle("PUT /admin/v1/skus/{sku_id}", s.admin_(s.putSKU))
+	s.handle("PATCH /admin/v1/skus/{sku_id}", s.admin_(s.patchSKU))
+	s.handle("POST /admin/v1/skus/{sku_id}/restock", s.admin_(s.restockSKU))
 	s.handle("POST /admin/v1/skus/{sku_id}/warmup", s.admin_(s.warmup))
 	s.handle("GET /admin/v1/dlq", s.admin_(s.listDLQ))
 	s.handle("GET /admin/v1/skus/{sku_id}/audit", s.admin_(s.listAudit))
@@ -140,10 +155,11 @@ func (s *Server) routes() {
 		s.handle("POST /api/v1/orders/{order_id}/cancel", s.limited(s.user(s.cancelOrder)))
 		s.handle("POST /api/v1/payments/callback", s.paymentCallback)
 	}
+	s.handle("GET /openapi.yaml", s.openAPI)
 	s.handle("GET /healthz", s.healthz)
 	s.handle("GET /readyz", s.readyz)
 	if s.cfg.Metrics != nil {
-		s.mux.Handle("GET /metrics", s.cfg.Metrics)
+		s.handleRaw("GET /metrics", s.cfg.Metrics)
 	}
 	if s.cfg.Overview != nil {
 		s.handle("GET /admin/v1/overview", s.admin_(func(w http.ResponseWriter, r *http.Request) error {
@@ -156,8 +172,8 @@ func (s *Server) routes() {
 		}))
 	}
 	if s.cfg.Dashboard != nil {
-		s.mux.Handle("GET /dashboard/", s.cfg.Dashboard)
-		s.mux.Handle("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
+		s.handleRaw("GET /dashboard/", s.cfg.Dashboard)
+		s.handleRaw("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
 	}
 }
 
@@ -173,7 +189,18 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Routes returns the patterns of every route served, in the order
+// registered ("METHOD /path/{name}", as net/http.ServeMux takes them).
+// api/openapi.yaml documents each (a test checks both ways).
+func (s *Server) Routes() []string { return slices.Clone(s.patterns) }
+
+func (s *Server) handleRaw(pattern string, h http.Handler) {
+	s.patterns = append(s.patterns, pattern)
+	s.mux.Handle(pattern, h)
+}
+
 func (s *Server) handle(pattern string, h handlerFunc) {
+	s.patterns = append(s.patterns, pattern)
 	s.mux.HandleFunc(pattern, s.traced(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
@@ -199,7 +226,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, pattern := s.mux.Handler(probe); pattern != "" {
@@ -267,7 +294,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	}
 	limit, err := queryUint(r, "limit", 100)
 	if err != nil || limit < 1 || limit > 1000 {
-		return fmt.Errorf("%w: limit must be 1..1000", sale.ErrInvalid)
+		return invalid("limit must be 1..1000")
 	}
 	es, err := s.cfg.Audit.Audit(r.Context(), id, int64(after), int(limit))
 	if err != nil {
@@ -314,9 +341,14 @@ type skuResponse struct {
 	State        string     `json:"state"`
 }
 
+// adminSKUResponse is the sale as every admin SKU route answers it, with
+// its allocation: stock (= total_stock) units offered, sold of them held by
+// orders in the database (pending payment or paid), db_stock not.
 type adminSKUResponse struct {
 	SKU          string     `json:"sku_id"`
 	Stock        int64      `json:"stock"`
+	TotalStock   int64      `json:"total_stock"`
+	Sold         int64      `json:"sold"`
 	DBStock      int64      `json:"db_stock"`
 	PerUserLimit int64      `json:"per_user_limit"`
 	StartsAt     *time.Time `json:"starts_at"`
@@ -324,10 +356,29 @@ type adminSKUResponse struct {
 	Created      bool       `json:"created"`
 }
 
+func adminSKUJSON(sku sale.SKU, created bool) adminSKUResponse {
+	return adminSKUResponse{SKU: sku.ID, Stock: sku.TotalStock, TotalStock: sku.TotalStock, Sold: sku.TotalStock - sku.Stock,
+		DBStock: sku.Stock, PerUserLimit: sku.PerUserLimit, StartsAt: timePtr(sku.StartsAt), EndsAt: timePtr(sku.EndsAt), Created: created}
+}
+
+// getAdminSKU answers the sale as the database has it, with its allocation.
+func (s *Server) getAdminSKU(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("sku_id")
+	if !sale.ValidSKU(id) {
+		return sale.ErrUnknownSKU
+	}
+	sku, err := s.admin.SKU(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, adminSKUJSON(sku, false))
+	return nil
+}
+
 func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("sku_id")
 	if !sale.ValidSKU(id) {
-		return fmt.Errorf("%w: sku_id must be 1-64 characters of A-Z a-z 0-9 _ -", sale.ErrInvalid)
+		return invalid("sku_id must be 1-64 characters of A-Z a-z 0-9 _ -")
 	}
 	var req putSKURequest
 	if err := decode(w, r, &req); err != nil {
@@ -335,9 +386,9 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch {
 	case req.Stock == nil || *req.Stock < 0 || *req.Stock > sale.MaxStock:
-		return fmt.Errorf("%w: stock is required, 0..%d", sale.ErrInvalid, sale.MaxStock)
+		return invalid("stock is required, 0..%d", sale.MaxStock)
 	case req.PerUserLimit == nil || *req.PerUserLimit < 1 || *req.PerUserLimit > sale.MaxPerUserLimit:
-		return fmt.Errorf("%w: per_user_limit is required, 1..%d", sale.ErrInvalid, sale.MaxPerUserLimit)
+		return invalid("per_user_limit is required, 1..%d", sale.MaxPerUserLimit)
 	}
 	c := orderstore.SKUChange{ID: id, TotalStock: *req.Stock, PerUserLimit: *req.PerUserLimit}
 	if req.StartsAt != nil {
@@ -346,20 +397,153 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	if req.EndsAt != nil {
 		c.EndsAt = req.EndsAt.UTC()
 	}
-	if !c.StartsAt.IsZero() && !c.EndsAt.IsZero() && !c.EndsAt.After(c.StartsAt) {
-		return fmt.Errorf("%w: ends_at must be after starts_at", sale.ErrInvalid)
+	if err := checkWindow(c); err != nil {
+		return err
 	}
 	sku, created, err := s.admin.Put(r.Context(), c)
 	if err != nil {
-		return err
+		return changeError(err)
 	}
 	_ = s.buy.SKUChanged(r.Context(), sku.ID, "put")
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, adminSKUResponse{SKU: sku.ID, Stock: sku.TotalStock, DBStock: sku.Stock, PerUserLimit: sku.PerUserLimit,
-		StartsAt: timePtr(sku.StartsAt), EndsAt: timePtr(sku.EndsAt), Created: created})
+	writeJSON(w, status, adminSKUJSON(sku, created))
+	return nil
+}
+
+// changeError tells the admin what to do about a refused reduction of a
+// sale Redis does not hold (reconcile.Syncer.Put); other errors are as is.
+func changeError(err error) error {
+	if errors.Is(err, sale.ErrNotWarmed) {
+		return &publicError{base: err, msg: "The sale is not loaded in the stock gate, so the units in flight are not known: warm it up (POST /admin/v1/skus/{sku_id}/warmup), then reduce."}
+	}
+	return err
+}
+
+func checkWindow(c orderstore.SKUChange) error {
+	if !c.StartsAt.IsZero() && !c.EndsAt.IsZero() && !c.EndsAt.After(c.StartsAt) {
+		return invalid("ends_at must be after starts_at")
+	}
+	return nil
+}
+
+// patchSKURequest is the body of PATCH /admin/v1/skus/{sku_id}, a JSON
+// merge patch (RFC 7396) of the sale: a field left out keeps its value,
+// null clears a nullable one (starts_at, ends_at). A raw value is nil when
+// the field is absent and "null" when it is null.
+type patchSKURequest struct {
+	Stock        json.RawMessage `json:"stock"`
+	PerUserLimit json.RawMessage `json:"per_user_limit"`
+	StartsAt     json.RawMessage `json:"starts_at"`
+	EndsAt       json.RawMessage `json:"ends_at"`
+}
+
+// patchSKU changes only the fields the body names, computed from the sale
+// as it is under the SKU's change lock. The SKU must exist (404
+// unknown_sku otherwise: PUT creates).
+func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("sku_id")
+	if !sale.ValidSKU(id) {
+		return sale.ErrUnknownSKU
+	}
+	body, err := readBody(w, r, "application/merge-patch+json", "application/json")
+	if err != nil {
+		return err
+	}
+	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) == 0 || b[0] != '{' {
+		return invalid("the body must be a JSON object")
+	}
+	var req patchSKURequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	var stock, limit *int64
+	var startsAt, endsAt *time.Time
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  any
+	}{{"stock", req.Stock, &stock}, {"per_user_limit", req.PerUserLimit, &limit}, {"starts_at", req.StartsAt, &startsAt}, {"ends_at", req.EndsAt, &endsAt}} {
+		if f.raw == nil {
+			continue
+		}
+		if err := decodeJSON(f.raw, f.dst); err != nil {
+			return invalid("field %q must be %s", f.name, map[string]string{
+				"stock": "a whole number", "per_user_limit": "a whole number",
+				"starts_at": "an RFC 3339 time string or null", "ends_at": "an RFC 3339 time string or null"}[f.name])
+		}
+	}
+	switch {
+	case req.Stock != nil && (stock == nil || *stock < 0 || *stock > sale.MaxStock):
+		return invalid("stock must be 0..%d", sale.MaxStock)
+	case req.PerUserLimit != nil && (limit == nil || *limit < 1 || *limit > sale.MaxPerUserLimit):
+		return invalid("per_user_limit must be 1..%d", sale.MaxPerUserLimit)
+	}
+	sku, err := s.admin.Patch(r.Context(), id, func(cur sale.SKU) (orderstore.SKUChange, error) {
+		c := orderstore.SKUChange{ID: id, TotalStock: cur.TotalStock, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt}
+		if stock != nil {
+			c.TotalStock = *stock
+		}
+		if limit != nil {
+			c.PerUserLimit = *limit
+		}
+		if req.StartsAt != nil {
+			c.StartsAt = time.Time{}
+			if startsAt != nil {
+				c.StartsAt = startsAt.UTC()
+			}
+		}
+		if req.EndsAt != nil {
+			c.EndsAt = time.Time{}
+			if endsAt != nil {
+				c.EndsAt = endsAt.UTC()
+			}
+		}
+		return c, checkWindow(c)
+	})
+	if err != nil {
+		return changeError(err)
+	}
+	_ = s.buy.SKUChanged(r.Context(), sku.ID, "patch")
+	writeJSON(w, http.StatusOK, adminSKUJSON(sku, false))
+	return nil
+}
+
+// restockRequest is the body of POST /admin/v1/skus/{sku_id}/restock.
+type restockRequest struct {
+	Delta *int64 `json:"delta"`
+}
+
+// restockSKU changes the sale's allocation by a delta (units added, or
+// removed when negative), whatever it is now: two restocks of 10 add 20,
+// and no value read earlier can be stale.
+func (s *Server) restockSKU(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("sku_id")
+	if !sale.ValidSKU(id) {
+		return sale.ErrUnknownSKU
+	}
+	var req restockRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if req.Delta == nil || *req.Delta == 0 || *req.Delta < -sale.MaxStock || *req.Delta > sale.MaxStock {
+		return invalid("delta is required: a non-zero whole number, -%d..%d", sale.MaxStock, sale.MaxStock)
+	}
+	delta := *req.Delta
+	sku, err := s.admin.Patch(r.Context(), id, func(cur sale.SKU) (orderstore.SKUChange, error) {
+		total := cur.TotalStock + delta
+		if total < 0 || total > sale.MaxStock {
+			return orderstore.SKUChange{}, invalid("delta %d would take stock from %d to %d, outside 0..%d", delta, cur.TotalStock, total, sale.MaxStock)
+		}
+		return orderstore.SKUChange{ID: id, TotalStock: total, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt}, nil
+	})
+	if err != nil {
+		return changeError(err)
+	}
+	_ = s.buy.SKUChanged(r.Context(), sku.ID, "restock")
+	writeJSON(w, http.StatusOK, adminSKUJSON(sku, false))
 	return nil
 }
 
@@ -407,14 +591,33 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	if req.Quantity != nil {
 		qty = *req.Quantity
 	}
+	key := r.Header.Get("Idempotency-Key")
 	res, err := s.buy.Buy(r.Context(), purchase.Request{
-		User: userOf(r), SKU: req.SKU, Quantity: qty, IdempotencyKey: r.Header.Get("Idempotency-Key"), ClientIP: peerIP(r),
+		User: userOf(r), SKU: req.SKU, Quantity: qty, IdempotencyKey: key, ClientIP: peerIP(r),
 	})
+	if errors.Is(err, sale.ErrInvalid) {
+		return orderInputError(err, req.SKU, qty, key)
+	}
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, orderAccepted{OrderID: res.OrderID, Status: string(res.Status)})
 	return nil
+}
+
+// orderInputError names the input rule of the purchase path (purchase.Buy)
+// that err reports broken, in words written for the client.
+func orderInputError(err error, sku string, qty int64, key string) error {
+	msg := "the purchase request is invalid"
+	switch {
+	case !sale.ValidSKU(sku):
+		msg = "sku_id must be 1-64 characters of A-Z a-z 0-9 _ -"
+	case qty < 1 || qty > sale.MaxQuantity:
+		msg = fmt.Sprintf("quantity must be 1..%d", sale.MaxQuantity)
+	case key != "" && !sale.ValidIdempotencyKey(key):
+		msg = fmt.Sprintf("Idempotency-Key must be 1-%d printable ASCII characters", sale.MaxIdempotencyKey)
+	}
+	return &publicError{base: err, msg: msg}
 }
 
 type orderResponse struct {
@@ -459,7 +662,7 @@ func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if len(req.PaymentRef) > 128 {
-		return fmt.Errorf("%w: payment_ref longer than 128", sale.ErrInvalid)
+		return invalid("payment_ref longer than 128")
 	}
 	o, err := s.cfg.Lifecycle.Pay(r.Context(), userOf(r), r.PathValue("order_id"), req.PaymentRef)
 	if err != nil {
@@ -496,7 +699,7 @@ func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.PaymentSecret == "" {
 		return errCallbackDisabled
 	}
-	body, err := readBody(w, r)
+	body, err := readBody(w, r, "application/json")
 	if err != nil {
 		return err
 	}
@@ -508,13 +711,20 @@ func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(req.PaymentRef) > 128 {
-		return fmt.Errorf("%w: payment_ref longer than 128", sale.ErrInvalid)
+		return invalid("payment_ref longer than 128")
 	}
 	o, err := s.cfg.Lifecycle.Pay(r.Context(), "", req.OrderID, req.PaymentRef)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, orderJSON(o))
+	return nil
+}
+
+// openAPI serves the API's OpenAPI document (api/openapi.yaml).
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(api.OpenAPI)
 	return nil
 }
 
@@ -532,7 +742,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	status, code := "ok", http.StatusOK
 	for _, c := range s.cfg.Ready {
 		if err := c.Check(r.Context()); err != nil {
-			checks[c.Name] = err.Error()
+			// The error names addresses and drivers: the log gets it.
+			s.log.Info("readyz: check failed", "check", c.Name, "err", err)
+			checks[c.Name] = "unavailable"
 			if c.Critical {
 				status, code = "unavailable", http.StatusServiceUnavailable
 			} else if status == "ok" {
@@ -563,7 +775,7 @@ func (s *Server) listDLQ(w http.ResponseWriter, r *http.Request) error {
 	}
 	limit, err := queryUint(r, "limit", 100)
 	if err != nil || limit < 1 || limit > 1000 {
-		return fmt.Errorf("%w: limit must be 1..1000", sale.ErrInvalid)
+		return invalid("limit must be 1..1000")
 	}
 	ds, n, err := s.cfg.DeadLetters.List(r.Context(), after, int(limit))
 	if err != nil {
@@ -583,7 +795,7 @@ func (s *Server) dlqAction(replay bool) handlerFunc {
 		}
 		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 		if err != nil || seq == 0 {
-			return fmt.Errorf("%w: seq must be a positive whole number", sale.ErrInvalid)
+			return invalid("seq must be a positive whole number")
 		}
 		var a deadletter.Action
 		if replay {
@@ -593,6 +805,9 @@ func (s *Server) dlqAction(replay bool) handlerFunc {
 		}
 		if deadletter.IsNotFound(err) {
 			return errNoDeadLetter
+		}
+		if replay && errors.Is(err, sale.ErrInvalid) {
+			return &publicError{base: err, msg: fmt.Sprintf("dead letter %d is malformed and cannot be replayed; discard it", seq)}
 		}
 		if err != nil {
 			return err
@@ -609,7 +824,7 @@ func queryUint(r *http.Request, name string, def uint64) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s must be a whole number", sale.ErrInvalid, name)
+		return 0, invalid("%s must be a whole number", name)
 	}
 	return n, nil
 }

@@ -319,6 +319,47 @@ func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, boo
 		return sale.SKU{}, false, err
 	}
 	defer unlock()
+	return s.put(ctx, token, c)
+}
+
+// SKU returns the sale as the database has it (allocation, stock, limit,
+// window). An absent SKU gives an error wrapping sale.ErrUnknownSKU.
+func (s *Syncer) SKU(ctx context.Context, id string) (sale.SKU, error) {
+	return s.store.SKU(ctx, id)
+}
+
+// Patch changes an existing sale: change gets the sale as the database has
+// it now and returns its new description, which is then applied as by Put,
+// all under the SKU's change lock. So a change computed from the current
+// values (a restock by a delta, one field replaced) is exact whatever Puts,
+// Patches or sales race with it: no other change of the SKU's allocation
+// or settings can fall between the read and the write. An absent SKU gives
+// an error wrapping sale.ErrUnknownSKU; an error from change is returned
+// as it is, with nothing changed. A change equal to the sale writes nothing.
+func (s *Syncer) Patch(ctx context.Context, id string, change func(cur sale.SKU) (orderstore.SKUChange, error)) (sale.SKU, error) {
+	token, unlock, err := s.lock(ctx, id)
+	if err != nil {
+		return sale.SKU{}, err
+	}
+	defer unlock()
+	cur, err := s.store.SKU(ctx, id)
+	if err != nil {
+		return sale.SKU{}, err
+	}
+	c, err := change(cur)
+	if err != nil {
+		return sale.SKU{}, err
+	}
+	c.ID = id
+	if c.TotalStock == cur.TotalStock && c.PerUserLimit == cur.PerUserLimit && c.StartsAt.Equal(cur.StartsAt) && c.EndsAt.Equal(cur.EndsAt) {
+		return cur, nil // nothing to change: no write, no audit row
+	}
+	sku, _, err := s.put(ctx, token, c)
+	return sku, err
+}
+
+// put is Put under the change lock held with token.
+func (s *Syncer) put(ctx context.Context, token string, c orderstore.SKUChange) (sale.SKU, bool, error) {
 	cfg := stockgate.Config{PerUserLimit: c.PerUserLimit, StartsAt: c.StartsAt, EndsAt: c.EndsAt, Lock: token}
 	cur, err := s.store.SKU(ctx, c.ID)
 	exists := err == nil
@@ -337,7 +378,7 @@ func (s *Syncer) Put(ctx context.Context, c orderstore.SKUChange) (sale.SKU, boo
 			// Redis does not hold the sale (being rebuilt, or lost): the
 			// units in flight are not known here, and the database stock
 			// still counts them. Refuse rather than take a promised unit.
-			return sale.SKU{}, false, fmt.Errorf("%w: the sale is not loaded in redis; warm it up, then reduce", sale.ErrUnavailable)
+			return sale.SKU{}, false, fmt.Errorf("%w (%w): warm it up, then reduce", sale.ErrUnavailable, sale.ErrNotWarmed)
 		default:
 			return sale.SKU{}, false, err
 		}
