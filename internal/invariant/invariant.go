@@ -1,4 +1,4 @@
-// Package invariant checks the design brief's invariants for a SKU directly
+// Package invariant checks the sale's invariants (listed in docs/faults.md) for a SKU directly
 // from the database (PostgreSQL or MySQL) and Redis, never from the service's
 // own counters. Tests, the demo and the load generator all use it.
 package invariant
