@@ -212,9 +212,9 @@ func TestExternalChangesAcrossKill(t *testing.T) {
 	erp(t, chk.a.store, "cdc", 7)
 	delete(env, "FLASHSALE_FAILPOINTS")
 	p2 := startProc(t, env)
-	rep := chk.settle("cdc", nil, 20*time.Second)
+	chk.settle("cdc", nil, 20*time.Second)
 	time.Sleep(time.Second) // more restorer passes: still once
-	if rep = chk.check("cdc", nil, true); !rep.OK() || rep.RedisAvailable != 18 || rep.DBStock != 18 {
+	if rep := chk.check("cdc", nil, true); !rep.OK() || rep.RedisAvailable != 18 || rep.DBStock != 18 {
 		t.Fatalf("after restart: %+v", rep)
 	}
 	// And buyers get exactly those 18 units.
@@ -227,7 +227,7 @@ func TestExternalChangesAcrossKill(t *testing.T) {
 			}
 		}
 	}
-	rep = chk.settle("cdc", ids, 20*time.Second)
+	rep := chk.settle("cdc", ids, 20*time.Second)
 	if rep.LiveUnits != 18 || rep.DBStock != 0 {
 		t.Fatalf("sold after restart: %+v", rep)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -182,9 +181,4 @@ func settle(t *testing.T, a *app, sku string, accepted []string, within time.Dur
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func jsonBody(v any) io.Reader {
-	b, _ := json.Marshal(v)
-	return bytes.NewReader(b)
 }

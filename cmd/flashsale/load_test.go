@@ -26,12 +26,6 @@ func (hs *history) ids() []string {
 	return out
 }
 
-func (hs *history) count(code string) int {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	return hs.codes[code]
-}
-
 // runBuyers sends buyers purchases of one unit at about rate per second
 // (conc at a time), one in five clicking twice; each buyer's first click
 // carries an Idempotency-Key. It returns when every buyer is done.

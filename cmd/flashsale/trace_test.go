@@ -36,7 +36,7 @@ func spanNamed(spans tracetest.SpanStubs, name string) []tracetest.SpanStub {
 func attr(s tracetest.SpanStub, key string) string {
 	for _, a := range s.Attributes {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
