@@ -464,15 +464,15 @@ func natsRestartedEmpty(r *rig) {
 // dbResets: 5% of the TCP segments between flashsale and the database are
 // replaced by a reset, the server staying up.
 func dbResets(r *rig) {
-	px := testenv.StartResetProxy(r.t, r.dbAddr())
+	px := testenv.StartProxy(r.t, r.dbAddr())
 	r.set("FLASHSALE_DATABASE_URL", r.viaProxy(px.Addr()))
 	s := r.start()
 	c := r.client(s)
 	r.putSKU(c, 300, 2)
-	px.SetResetRate(0.05)
+	px.Flaky(0.05)
 	Drive(r.ctx, c, Load{SKU: r.sku, Buyers: 600, Workers: 16, Rate: 120, TwoKeys: 7, DoubleClick: 5, Tries: 8, For: 20 * time.Second}, r.hist)
 	time.Sleep(2 * time.Second) // let the consumer meet resets on its redeliveries too
-	px.SetResetRate(0)
+	px.Restore()
 	healed := time.Now()
 	r.res.fired = px.Resets() > 0
 	r.res.note = fmt.Sprintf("%d connections reset", px.Resets())

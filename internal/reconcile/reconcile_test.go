@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/rueidis"
 
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/reconcile"
@@ -38,16 +37,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	url, prefix := testenv.Redis(t)
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.RedisClient(t, url)
 	return &env{store: st, gate: stockgate.New(c, prefix), log: slog.New(slog.DiscardHandler)}
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/rueidis"
 
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/reconcile"
@@ -25,16 +24,7 @@ func (q streamHolds) Unapplied(context.Context, string) ([]sale.Reservation, err
 func newGate(t *testing.T) *stockgate.Gate {
 	t.Helper()
 	url, prefix := testenv.Redis(t)
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.RedisClient(t, url)
 	return stockgate.New(c, prefix)
 }
 

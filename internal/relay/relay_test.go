@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/rueidis"
 
 	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/relay"
@@ -30,16 +29,7 @@ const after = 10 * time.Second
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	url, prefix := testenv.Redis(t)
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.RedisClient(t, url)
 	nc, err := nats.Connect(testenv.NATS(t))
 	if err != nil {
 		t.Fatal(err)

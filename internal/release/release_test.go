@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/release"
 	"github.com/flashsale/flashsale/internal/stockgate"
@@ -28,16 +26,7 @@ func TestRestorerPagesPastUnloadedSKU(t *testing.T) {
 		t.Fatal(err)
 	}
 	url, prefix := testenv.Redis(t)
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.RedisClient(t, url)
 	g := stockgate.New(c, prefix)
 	if ok, err := g.Seed(ctx, "HOT", stockgate.Config{PerUserLimit: 5}, 10, map[string]int64{"hal": 2}, nil, nil, nil, "e1"); err != nil || !ok {
 		t.Fatal(ok, err)

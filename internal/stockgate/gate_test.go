@@ -20,16 +20,7 @@ import (
 func newGate(t testing.TB) (*stockgate.Gate, rueidis.Client) {
 	t.Helper()
 	url, prefix := testenv.Redis(t)
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.RedisClient(t, url)
 	return stockgate.New(c, prefix), c
 }
 

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/redis/rueidis"
-
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
@@ -14,16 +12,7 @@ import (
 func newInternalGate(t *testing.T) *Gate {
 	t.Helper()
 	url, prefix := testenv.Redis(t)
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testenv.RedisClient(t, url)
 	return New(c, prefix)
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -27,6 +28,7 @@ type Proxy struct {
 	resetP  float64               // while forwarding: probability of resetting at a chunk
 	changed chan struct{}         // closed, and replaced, at every change of state
 	conns   map[net.Conn]struct{} // open connections, both sides
+	resets  atomic.Int64          // connections Flaky reset
 }
 
 type proxyState int
@@ -109,6 +111,10 @@ func (p *Proxy) Flaky(prob float64) {
 		p.resetP = prob
 	}
 }
+
+// Resets returns how many connections Flaky has reset so far (a test
+// counts only if its fault fired).
+func (p *Proxy) Resets() int64 { return p.resets.Load() }
 
 func (p *Proxy) set(s proxyState) {
 	p.mu.Lock()
@@ -241,6 +247,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 				return
 			}
 			if p.unlucky() {
+				p.resets.Add(1)
 				abort(src)
 				abort(dst)
 				return

@@ -257,6 +257,9 @@ func TestProxyFlaky(t *testing.T) {
 		t.Fatalf("%d of %d round trips broken, %d intact; want a fraction of each", broken, n, ok)
 	}
 	t.Logf("%d of %d round trips broken", broken, n)
+	if p.Resets() < int64(broken) {
+		t.Fatalf("Resets() = %d, want at least the %d broken round trips", p.Resets(), broken)
+	}
 
 	p.Restore()
 	c := dial(t, p.Addr())

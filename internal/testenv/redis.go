@@ -61,6 +61,22 @@ func Redis(t testing.TB) (url, prefix string) {
 	return url, prefix
 }
 
+// RedisClient returns a client of the Redis at url (from Redis or a
+// RedisServer), without client-side caching, closed at Cleanup.
+func RedisClient(t testing.TB, url string) rueidis.Client {
+	t.Helper()
+	opt, err := redisOptions(url)
+	if err != nil {
+		t.Fatalf("testenv: redis url %q: %v", url, err)
+	}
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatalf("testenv: redis client: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
 func redisOptions(url string) (rueidis.ClientOption, error) {
 	opt, err := rueidis.ParseURL(url)
 	if err != nil {

@@ -14,21 +14,6 @@ import (
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
-func redisClient(t *testing.T, url string) rueidis.Client {
-	t.Helper()
-	opt, err := rueidis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 func countKeys(t *testing.T, c rueidis.Client, match string) int {
 	t.Helper()
 	ctx := context.Background()
@@ -70,7 +55,7 @@ func TestRedisCleanupDeletesOnlyItsPrefix(t *testing.T) {
 	var url, outer string
 	t.Run("outer", func(t *testing.T) {
 		url, outer = testenv.Redis(t)
-		c := redisClient(t, url)
+		c := testenv.RedisClient(t, url)
 		set(t, c, outer+":survivor", "1")
 
 		var inner string
@@ -80,7 +65,7 @@ func TestRedisCleanupDeletesOnlyItsPrefix(t *testing.T) {
 			if inner == outer {
 				t.Fatalf("two tests got the same prefix %q", inner)
 			}
-			ic := redisClient(t, innerURL)
+			ic := testenv.RedisClient(t, innerURL)
 			// More keys than one SCAN batch, of several types, some hash-tagged.
 			const n = 2500
 			cmds := make(rueidis.Commands, 0, n+3)
@@ -119,7 +104,7 @@ func TestRedisCleanupDeletesOnlyItsPrefix(t *testing.T) {
 	if outer == "" {
 		t.Skip("redis unavailable")
 	}
-	c := redisClient(t, url)
+	c := testenv.RedisClient(t, url)
 	if got := countKeys(t, c, outer+":*"); got != 0 {
 		t.Errorf("after outer cleanup: %d keys left under %s:*, want 0", got, outer)
 	}
@@ -132,14 +117,14 @@ func TestRedisSiblingSurvivesCleanup(t *testing.T) {
 	var url, prefix string
 	t.Run("owner", func(t *testing.T) {
 		url, prefix = testenv.Redis(t)
-		c := redisClient(t, url)
+		c := testenv.RedisClient(t, url)
 		set(t, c, prefix+":mine", "1")
 		set(t, c, prefix+"x:not-mine", "1")
 	})
 	if prefix == "" {
 		t.Skip("redis unavailable")
 	}
-	c := redisClient(t, url)
+	c := testenv.RedisClient(t, url)
 	defer c.Do(context.Background(), c.B().Del().Key(prefix+"x:not-mine").Build())
 	if exists(t, c, prefix+":mine") {
 		t.Errorf("%s:mine survived its test's cleanup", prefix)
@@ -176,7 +161,7 @@ func TestStartRedisKillRestart(t *testing.T) {
 	ctx := context.Background()
 	// appendfsync always: every acknowledged write is on disk before the kill.
 	s := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
-	c := redisClient(t, s.URL)
+	c := testenv.RedisClient(t, s.URL)
 	set(t, c, "k", "before kill")
 
 	s.Kill()
@@ -192,7 +177,7 @@ func TestStartRedisKillRestart(t *testing.T) {
 	}
 	// A fresh client: rueidis does not retry writes, so the old one may
 	// fail a SET on a connection the kill broke.
-	c = redisClient(t, s.URL)
+	c = testenv.RedisClient(t, s.URL)
 	got, err := c.Do(ctx, c.B().Get().Key("k").Build()).ToString()
 	if err != nil || got != "before kill" {
 		t.Fatalf("GET k after restart = %q, %v; want %q (AOF in the same dir)", got, err, "before kill")
@@ -201,7 +186,7 @@ func TestStartRedisKillRestart(t *testing.T) {
 	set(t, c, "k", "before stop")
 	s.Stop()
 	s.Restart()
-	c = redisClient(t, s.URL)
+	c = testenv.RedisClient(t, s.URL)
 	got, err = c.Do(ctx, c.B().Get().Key("k").Build()).ToString()
 	if err != nil || got != "before stop" {
 		t.Fatalf("GET k after stop and restart = %q, %v; want %q", got, err, "before stop")
@@ -216,10 +201,10 @@ func TestStartRedisDefaultsKeepNothing(t *testing.T) {
 	if a.Addr == b.Addr {
 		t.Fatalf("two servers on one address %s", a.Addr)
 	}
-	c := redisClient(t, a.URL)
+	c := testenv.RedisClient(t, a.URL)
 	set(t, c, "k", "v")
 	a.Restart()
-	c = redisClient(t, a.URL)
+	c = testenv.RedisClient(t, a.URL)
 	err := c.Do(ctx, c.B().Get().Key("k").Build()).Error()
 	if !rueidis.IsRedisNil(err) {
 		t.Fatalf("GET k after restart without persistence: err = %v, want nil reply", err)
