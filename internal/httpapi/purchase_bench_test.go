@@ -77,9 +77,9 @@ func (benchSKUs) SKUs(context.Context) ([]sale.SKU, error) {
 	}, nil
 }
 
-// benchServer is the API as serve builds it (default protections: the
-// instance limiter, per-user rate limit on, sold-out flag on, metrics),
-// tracing off.
+// benchServer is the API as serve builds it with the default settings
+// (the instance limiter, the per-user rate limit, the sold-out flag, a
+// purchase waiting for the stream's ack, metrics), tracing off.
 func benchServer(b *testing.B) *Server {
 	cat := purchase.NewCatalog(benchSKUs{})
 	if err := cat.Refresh(context.Background()); err != nil {
@@ -89,7 +89,8 @@ func benchServer(b *testing.B) *Server {
 	m := metrics.New()
 	buy := purchase.New(purchase.Deps{
 		Catalog: cat, Gate: benchGate{}, Relay: benchRelay{}, Direct: benchDirect{}, Log: log, Observer: m, Breaker: m,
-		Limits: purchase.Limits{User: stockgate.Rate{PerSecond: 2, Burst: 2}, SoldOutTTL: time.Hour},
+		Limits:    purchase.Limits{User: stockgate.Rate{PerSecond: 2, Burst: 2}, SoldOutTTL: time.Hour},
+		StreamAck: 250 * time.Millisecond,
 	}, purchase.BreakerConfig{FallbackConcurrency: 8})
 	return New(buy, nil, log, Config{
 		Users:   NewUserAuth("bench-secret-of-reasonable-length"),
