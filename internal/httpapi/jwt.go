@@ -181,20 +181,21 @@ const (
 )
 
 func claimOf(key []byte) int {
-	var f [3]rune
+	var f [3]byte // the folded name, if three runes that fold to ASCII
 	n := 0
-	for _, r := range string(key) {
-		if n == len(f) {
+	for i := 0; i < len(key); {
+		r, size := rune(key[i]), 1
+		if r >= utf8.RuneSelf {
+			r, size = utf8.DecodeRune(key[i:])
+			r = foldRune(r)
+		} else if 'a' <= r && r <= 'z' {
+			r -= 'a' - 'A'
+		}
+		i += size
+		if n == len(f) || r >= utf8.RuneSelf {
 			return claimOther
 		}
-		if r < utf8.RuneSelf {
-			if 'a' <= r && r <= 'z' {
-				r -= 'a' - 'A'
-			}
-		} else {
-			r = foldRune(r)
-		}
-		f[n] = r
+		f[n] = byte(r)
 		n++
 	}
 	if n != 3 {
@@ -586,12 +587,40 @@ func (l *lexer) numericDate() (time.Time, bool) {
 	default:
 		return time.Time{}, false
 	}
-	f, err := strconv.ParseFloat(string(lit), 64)
-	if err != nil {
+	f, ok := parseSeconds(lit)
+	if !ok {
 		return time.Time{}, false
 	}
 	round, frac := math.Modf(f)
 	return time.Unix(int64(round), int64(frac*1e9)).Truncate(time.Second), true
+}
+
+// parseSeconds is strconv.ParseFloat of a JSON number, without its cost
+// for the usual whole number of at most 15 digits (exact in a float64).
+func parseSeconds(lit []byte) (float64, bool) {
+	digits := lit
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 15 {
+		return parseFloat(lit)
+	}
+	var n int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return parseFloat(lit)
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(digits) < len(lit) {
+		return -float64(n), true
+	}
+	return float64(n), true
+}
+
+func parseFloat(lit []byte) (float64, bool) {
+	f, err := strconv.ParseFloat(string(lit), 64)
+	return f, err == nil
 }
 
 func hexVal(c byte) rune {

@@ -35,7 +35,14 @@ const (
 
 var benchPayload = []byte(`{"order_id":"x"}`)
 
-func (benchGate) ReserveLimited(_ context.Context, r sale.Reservation, _ stockgate.Limits) (stockgate.ReserveResult, error) {
+func (benchGate) ReserveLimited(ctx context.Context, r sale.Reservation, _ stockgate.Limits) (stockgate.ReserveResult, error) {
+	// A Redis client waits for its reply or the context (rueidis selects
+	// on ctx.Done()); the reply is here at once.
+	select {
+	case <-ctx.Done():
+		return stockgate.ReserveResult{}, ctx.Err()
+	default:
+	}
 	if r.SKU == benchSoldOut {
 		return stockgate.ReserveResult{}, &stockgate.SoldOutError{Available: 0}
 	}
@@ -56,8 +63,14 @@ func (benchGate) Available(context.Context, string) (int64, bool, error) { retur
 type benchRelay struct{}
 
 func (benchRelay) Notify(context.Context, string, string, []byte) {}
-func (benchRelay) Publish(context.Context, string, string, []byte) error {
-	return nil
+func (benchRelay) Publish(ctx context.Context, _, _ string, _ []byte) error {
+	// The relay waits for the stream's ack or the context; the ack is here.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+		return nil
+	}
 }
 
 // benchDirect is the database fallback; set so the circuit breaker runs
@@ -135,6 +148,11 @@ func benchPurchase(b *testing.B, sku string, want int) {
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("Authorization", "Bearer "+tok)
 	r.ContentLength = int64(len(payload))
+	// The connection's context, cancelled when the client goes away, as
+	// net/http gives each request.
+	conn, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r = r.WithContext(conn)
 	w := &benchWriter{h: http.Header{}}
 	do := func() {
 		body.Reset(payload)
@@ -178,6 +196,9 @@ func BenchmarkPurchaseParallel(b *testing.B) {
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Authorization", "Bearer "+tok)
 		r.ContentLength = int64(len(payload))
+		conn, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r = r.WithContext(conn)
 		w := &benchWriter{h: http.Header{}}
 		for pb.Next() {
 			body.Reset(payload)
