@@ -180,6 +180,28 @@ func BenchmarkPurchase(b *testing.B) { benchPurchase(b, benchSKU, http.StatusAcc
 // sold_out), answered from memory without a gate call.
 func BenchmarkPurchaseSoldOut(b *testing.B) { benchPurchase(b, benchSoldOut, http.StatusConflict) }
 
+// BenchmarkEmptyHandler is the floor the two above compare with: a handler
+// that answers every request with a fixed 409 body, through the same
+// request and writer.
+func BenchmarkEmptyHandler(b *testing.B) {
+	body := []byte(`{"error":{"code":"sold_out","message":"Fewer units are left than asked for."}}` + "\n")
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write(body)
+	})
+	r, err := http.NewRequest(http.MethodPost, "/api/v1/orders", &benchBody{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := &benchWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	}
+}
+
 // BenchmarkPurchaseParallel is BenchmarkPurchase with every CPU busy.
 func BenchmarkPurchaseParallel(b *testing.B) {
 	s := benchServer(b)
