@@ -69,8 +69,8 @@ alerts: ## Check and unit-test the Prometheus alert rules (promtool)
 	promtool check rules deploy/prometheus/alerts.yml
 	cd deploy/prometheus && promtool test rules alerts_test.yml
 
-bench: ## Run every benchmark once (-benchtime 1x)
-	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
+bench: ## Run every benchmark once (-benchtime 1x), with allocations (-benchmem); figures: docs/performance.md
+	$(GO) test -run '^$$' -bench . -benchtime 1x -benchmem $(PKGS)
 
 run: ## Ensure what running needs (PostgreSQL, Redis: ensure-services.sh --run), then run the demo (go run ./cmd/flashsale demo)
 	scripts/ensure-services.sh --run

@@ -21,6 +21,29 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeOrder is the purchase path's one-pass decode of the same
+// body (decodeOrder), read from the request into a pooled buffer.
+func BenchmarkDecodeOrder(b *testing.B) {
+	body := []byte(`{"sku_id":"phone-2026-flash","quantity":1}`)
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/api/v1/orders", nil)
+	r.Header.Set("Content-Type", "application/json")
+	rd := &benchBody{}
+	r.Body, r.ContentLength = rd, int64(len(body))
+	b.ReportAllocs()
+	for b.Loop() {
+		rd.Reset(body)
+		raw, buf, err := readPooled(w, r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := decodeOrder(raw); err != nil {
+			b.Fatal(err)
+		}
+		bodyBufs.Put(buf)
+	}
+}
+
 // BenchmarkDecodeRequest adds what decode does around it: Content-Type,
 // the body size limit and reading the body.
 func BenchmarkDecodeRequest(b *testing.B) {

@@ -93,9 +93,15 @@ func TestVerifyToken(t *testing.T) {
 }
 
 // FuzzDecodeOrder: the request decoder never panics and either fails with
-// ErrInvalid or yields a request the handler can validate.
+// ErrInvalid or yields a request the handler can validate; and the purchase
+// path's one-pass decoder (decodeOrder) accepts exactly what the strict
+// decoder accepts, with the same values, and refuses the rest with the same
+// message.
 func FuzzDecodeOrder(f *testing.F) {
-	for _, s := range []string{`{"sku_id":"a","quantity":1}`, `{"quantity":-1}`, `[`, `{"a":{"b":[1,2,{"c":null}]}}`, `"\u0000"`, `{"sku_id":"\ud800"}`} {
+	for _, s := range []string{`{"sku_id":"a","quantity":1}`, `{"quantity":-1}`, `[`, `{"a":{"b":[1,2,{"c":null}]}}`, `"\u0000"`, `{"sku_id":"\ud800"}`,
+		` {"quantity" : 2 , "sku_id" : "phone-1"} `, `{"sku_id":null,"quantity":null}`, `{}`, `null`, `{"sku_id":"a","quantity":1}x`,
+		`{"sku_id":"a","quantity":1.0}`, `{"sku_id":"a","quantity":-0}`, `{"sku_id":"a","quantity":123456789012345678}`,
+		`{"sku_id":"a","quantity":1234567890123456789}`, `{"sku_id":"a","sku_id":"b"}`, `{"SKU_ID":"a"}`, `{"sku_id":"a\"b"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -106,6 +112,20 @@ func FuzzDecodeOrder(f *testing.F) {
 		}
 		if err == nil && !json.Valid(body) {
 			t.Fatalf("accepted invalid JSON %q", body)
+		}
+		in, err2 := decodeOrder(body)
+		if (err == nil) != (err2 == nil) || err != nil && err.Error() != err2.Error() {
+			t.Fatalf("%q: decodeOrder %v, decodeJSON %v", body, err2, err)
+		}
+		want := orderInput{SKU: v.SKU, Quantity: 1}
+		if v.Quantity != nil {
+			want.Quantity = *v.Quantity
+		}
+		if err == nil && in != want {
+			t.Fatalf("%q: decodeOrder %+v, decodeJSON %+v", body, in, want)
+		}
+		if fast, ok := decodeOrderFast(body); ok && (err != nil || fast != want) {
+			t.Fatalf("%q: the fast path took %+v, decodeJSON %+v %v", body, fast, want, err)
 		}
 	})
 }

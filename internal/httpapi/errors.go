@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
@@ -99,41 +100,84 @@ type errorBody struct {
 	} `json:"error"`
 }
 
+// errorBodies are the answers of the errorCodes entries with their fixed
+// message, encoded once (writeJSON's encoding of an errorBody); internalBody
+// is that of 500 internal.
+var errorBodies, internalBody = func() ([][]byte, []byte) {
+	enc := func(code, msg string) []byte {
+		var b errorBody
+		b.Error.Code, b.Error.Message = code, msg
+		j, err := json.Marshal(b)
+		if err != nil {
+			panic(err)
+		}
+		return append(j, '\n')
+	}
+	bodies := make([][]byte, len(errorCodes))
+	for i, e := range errorCodes {
+		bodies[i] = enc(e.code, e.message)
+	}
+	return bodies, enc("internal", internalMessage)
+}()
+
 // writeError answers err with its status, code and the code's fixed
 // message (or the client-facing detail of a *publicError). Unknown errors
 // are 500 internal. The error's own text goes to the log only: at error
 // level for 500, info for other 5xx, debug for 4xx.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	writeErrorFor(w, r, log, err, "", "")
+}
+
+// writeErrorFor is writeError for a routed request: its log lines, if any
+// are written, carry the request id and route. An answer with a fixed
+// message is written from errorBodies.
+func writeErrorFor(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error, rid, route string) {
 	var b errorBody
 	status := http.StatusInternalServerError
 	b.Error.Code = "internal"
 	b.Error.Message = internalMessage
-	for _, e := range errorCodes {
+	fixed := internalBody
+	for i, e := range errorCodes {
 		if errors.Is(err, e.err) {
-			status, b.Error.Code, b.Error.Message = e.status, e.code, e.message
+			status, b.Error.Code, b.Error.Message, fixed = e.status, e.code, e.message, errorBodies[i]
 			break
 		}
 	}
 	detail := err
-	if pe := (*publicError)(nil); errors.As(err, &pe) && status != http.StatusInternalServerError {
-		b.Error.Message, detail = pe.msg, pe.base
+	if pe, ok := errors.AsType[*publicError](err); ok && status != http.StatusInternalServerError {
+		b.Error.Message, detail, fixed = pe.msg, pe.base, nil
 	}
 	if b.Error.Code == "busy" {
-		b.Error.Message = busyMessage(r)
+		b.Error.Message, fixed = busyMessage(r), nil
 	}
+	level := slog.LevelDebug
 	switch {
 	case status == http.StatusInternalServerError:
-		log.ErrorContext(r.Context(), "http: internal error", "err", err)
+		level = slog.LevelError
 	case status >= 500:
-		log.InfoContext(r.Context(), "http: "+b.Error.Code, "status", status, "err", detail)
-	default:
-		log.DebugContext(r.Context(), "http: "+b.Error.Code, "status", status, "err", detail)
+		level = slog.LevelInfo
+	}
+	if ctx := r.Context(); log.Enabled(ctx, level) {
+		if rid != "" {
+			log = log.With("request_id", rid, "route", route)
+		}
+		if status == http.StatusInternalServerError {
+			log.ErrorContext(ctx, "http: internal error", "err", err)
+		} else {
+			log.Log(ctx, level, "http: "+b.Error.Code, "status", status, "err", detail)
+		}
 	}
 	if status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
+		w.Header()["Retry-After"] = []string{"1"}
 	}
 	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", retryAfter(err))
+	}
+	if fixed != nil {
+		setJSONHeaders(w)
+		w.WriteHeader(status)
+		_, _ = w.Write(fixed)
+		return
 	}
 	writeJSON(w, status, b)
 }
@@ -142,16 +186,63 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 // rounded up, at least 1.
 func retryAfter(err error) string {
 	secs := int64(1)
-	var rl *sale.RateLimitError
-	if errors.As(err, &rl) {
+	if rl, ok := errors.AsType[*sale.RateLimitError](err); ok {
 		secs = max(1, int64((rl.RetryAfter+time.Second-1)/time.Second))
 	}
 	return strconv.FormatInt(secs, 10)
 }
 
+// The values of the headers of every JSON answer, shared by all (net/http
+// only reads them; the capacity is the length, so an append copies).
+var (
+	jsonContentType = []string{"application/json; charset=utf-8"}[:1:1]
+	noStore         = []string{"no-store"}[:1:1]
+)
+
+func setJSONHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Cache-Control"] = noStore
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
+	setJSONHeaders(w)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// acceptedBufs hold the answers writeAccepted composes.
+var acceptedBufs = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }}
+
+// writeAccepted answers 202 with an orderAccepted, composed by hand when
+// both strings need no escaping (an order id and a status always), else
+// through writeJSON; the bytes are the same.
+func writeAccepted(w http.ResponseWriter, orderID, status string) {
+	if !plainJSON(orderID) || !plainJSON(status) {
+		writeJSON(w, http.StatusAccepted, orderAccepted{OrderID: orderID, Status: status})
+		return
+	}
+	bp := acceptedBufs.Get().(*[]byte)
+	b := append((*bp)[:0], `{"order_id":"`...)
+	b = append(b, orderID...)
+	b = append(b, `","status":"`...)
+	b = append(b, status...)
+	b = append(b, "\"}\n"...)
+	setJSONHeaders(w)
+	w.WriteHeader(http.StatusAccepted)
+	_, _ = w.Write(b)
+	*bp = b
+	acceptedBufs.Put(bp)
+}
+
+// plainJSON reports whether encoding/json writes s as it is between quotes:
+// printable ASCII without quote, backslash or the HTML characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }

@@ -5,12 +5,13 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -189,6 +190,81 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// reqState is what the API works out about a request once, found in its
+// context under stateKey: the client's address, the user once
+// authenticated. It is also the ResponseWriter ServeHTTP hands the mux,
+// recording the answer's status (when no route takes the request it holds
+// back the mux's own plain-text answer: see decide), and holds the routed
+// request's context (ctx), all in one allocation.
+type reqState struct {
+	http.ResponseWriter
+	s        *Server
+	r        *http.Request
+	status   int
+	clientIP string
+	user     string
+	// routed: a registered route took the request. passed: the mux
+	// answered it (a redirect to a cleaned path) as it did before the JSON
+	// errors. suppressed: it did not, ServeHTTP answers 404/405 in JSON.
+	routed, decided, passed, suppressed bool
+	scratch                             http.Header
+	ctx                                 reqCtx
+}
+
+type stateKey struct{}
+
+func stateOf(ctx context.Context) *reqState {
+	st, _ := ctx.Value(stateKey{}).(*reqState)
+	return st
+}
+
+func (st *reqState) Header() http.Header {
+	if st.routed || st.passed {
+		return st.ResponseWriter.Header()
+	}
+	if st.scratch == nil {
+		st.scratch = http.Header{}
+	}
+	return st.scratch
+}
+
+func (st *reqState) WriteHeader(code int) {
+	if !st.routed && !st.decide() {
+		return
+	}
+	st.status = code
+	st.ResponseWriter.WriteHeader(code)
+}
+
+func (st *reqState) Write(p []byte) (int, error) {
+	if !st.routed && !st.decide() {
+		return len(p), nil
+	}
+	return st.ResponseWriter.Write(p)
+}
+
+// decide is called when the mux answers a request no route took: the
+// answer goes out if the mux has a pattern for the request (it redirects
+// to the cleaned path), else ServeHTTP answers in JSON instead.
+func (st *reqState) decide() bool {
+	if !st.decided {
+		st.decided = true
+		if _, p := st.s.mux.Handler(st.r); p != "" {
+			st.passed = true
+			h := st.ResponseWriter.Header()
+			for k, v := range st.scratch {
+				h[k] = v
+			}
+		} else {
+			st.suppressed = true
+		}
+	}
+	return st.passed
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (st *reqState) Unwrap() http.ResponseWriter { return st.ResponseWriter }
+
 // Routes returns the patterns of every route served, in the order
 // registered ("METHOD /path/{name}", as net/http.ServeMux takes them).
 // api/openapi.yaml documents each (a test checks both ways).
@@ -196,33 +272,82 @@ func (s *Server) Routes() []string { return slices.Clone(s.patterns) }
 
 func (s *Server) handleRaw(pattern string, h http.Handler) {
 	s.patterns = append(s.patterns, pattern)
-	s.mux.Handle(pattern, h)
+	s.register(pattern, h, true)
+}
+
+// register adds h to the mux, marking the request routed when it runs. A
+// raw handler gets the connection's writer itself (Flusher and all).
+func (s *Server) register(pattern string, h http.Handler, raw bool) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if st, ok := w.(*reqState); ok {
+			st.routed = true
+			if raw {
+				w = st.ResponseWriter
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) handle(pattern string, h handlerFunc) {
 	s.patterns = append(s.patterns, pattern)
-	s.mux.HandleFunc(pattern, s.traced(pattern, func(w http.ResponseWriter, r *http.Request) {
+	s.register(pattern, s.traced(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		rid := requestID(r)
-		w.Header().Set("X-Request-Id", rid)
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
-		defer cancel()
-		if err := h(sw, r.WithContext(ctx)); err != nil {
-			writeError(sw, r, s.log.With("request_id", rid, "route", pattern), err)
+		w.Header()["X-Request-Id"] = []string{rid}
+		// Served by ServeHTTP, the request's state records the status and
+		// is its context (reqctx.go); else (a test calling the mux) a
+		// statusWriter and context.WithTimeout do.
+		var ctx context.Context
+		st := writerState(w)
+		var sw *statusWriter
+		if st != nil {
+			st.ctx.init(r.Context(), st, start.Add(s.cfg.Timeout))
+			defer st.ctx.end()
+			ctx = &st.ctx
+		} else {
+			sw = &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			w = sw
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(r.Context(), s.cfg.Timeout)
+			defer cancel()
+		}
+		if err := h(w, r.WithContext(ctx)); err != nil {
+			writeErrorFor(w, r, s.log, err, rid, pattern)
 		}
 		if s.cfg.Observe != nil {
-			s.cfg.Observe(pattern, sw.status, time.Since(start))
+			status := http.StatusOK
+			if st != nil {
+				status = st.status
+			} else {
+				status = sw.status
+			}
+			s.cfg.Observe(pattern, status, time.Since(start))
 		}
-	}))
+	}), false)
+}
+
+// writerState finds the request's state under the writers wrapping it.
+func writerState(w http.ResponseWriter) *reqState {
+	for {
+		switch x := w.(type) {
+		case *reqState:
+			return x
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
+	}
 }
 
 // ServeHTTP serves the API. Unknown paths and wrong methods get the JSON
-// error shape too.
+// error shape too. The mux routes a request once; only a request no route
+// takes is routed again, to tell 404 from 405.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	r = r.WithContext(context.WithValue(r.Context(), clientIPKey{}, s.cfg.Proxies.ClientIP(r)))
-	if _, pattern := s.mux.Handler(r); pattern != "" {
-		s.mux.ServeHTTP(w, r)
+	st := &reqState{ResponseWriter: w, s: s, r: r, status: http.StatusOK, clientIP: s.cfg.Proxies.ClientIP(r)}
+	s.mux.ServeHTTP(st, r)
+	if !st.suppressed {
 		return
 	}
 	var allow []string
@@ -264,14 +389,12 @@ func (s *Server) limited(h handlerFunc) handlerFunc {
 	}
 }
 
-type clientIPKey struct{}
-
 // peerIP is the address of the client as the audit trail records it and
 // the per-IP limit counts it: the socket peer, or the client a trusted
 // proxy names (ServeHTTP works it out once).
 func peerIP(r *http.Request) string {
-	if ip, ok := r.Context().Value(clientIPKey{}).(string); ok {
-		return ip
+	if st := stateOf(r.Context()); st != nil {
+		return st.clientIP
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -316,13 +439,24 @@ func (s *Server) user(h handlerFunc) handlerFunc {
 		if err != nil {
 			return err
 		}
-		ctx := context.WithValue(r.Context(), userKey{}, u)
+		ctx := r.Context()
+		if st := stateOf(ctx); st != nil {
+			st.user = u
+		} else {
+			ctx = context.WithValue(ctx, userKey{}, u)
+		}
 		ctx = orderstore.WithActor(ctx, orderstore.Actor{Name: "user:" + u, SourceIP: peerIP(r)})
 		return h(w, r.WithContext(ctx))
 	}
 }
 
-func userOf(r *http.Request) string { u, _ := r.Context().Value(userKey{}).(string); return u }
+func userOf(r *http.Request) string {
+	if st := stateOf(r.Context()); st != nil && st.user != "" {
+		return st.user
+	}
+	u, _ := r.Context().Value(userKey{}).(string)
+	return u
+}
 
 // putSKURequest is the body of PUT /admin/v1/skus/{sku_id}.
 type putSKURequest struct {
@@ -583,25 +717,28 @@ type orderAccepted struct {
 }
 
 func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
-	var req orderRequest
-	if err := decode(w, r, &req); err != nil {
+	body, buf, err := readPooled(w, r)
+	if err != nil {
 		return err
 	}
-	qty := int64(1)
-	if req.Quantity != nil {
-		qty = *req.Quantity
-	}
-	key := r.Header.Get("Idempotency-Key")
-	res, err := s.buy.Buy(r.Context(), purchase.Request{
-		User: userOf(r), SKU: req.SKU, Quantity: qty, IdempotencyKey: key, ClientIP: peerIP(r),
-	})
-	if errors.Is(err, sale.ErrInvalid) {
-		return orderInputError(err, req.SKU, qty, key)
+	req, err := decodeOrder(body)
+	if buf != nil {
+		bodyBufs.Put(buf)
 	}
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, orderAccepted{OrderID: res.OrderID, Status: string(res.Status)})
+	key := r.Header.Get("Idempotency-Key")
+	res, err := s.buy.Buy(r.Context(), purchase.Request{
+		User: userOf(r), SKU: req.SKU, Quantity: req.Quantity, IdempotencyKey: key, ClientIP: peerIP(r),
+	})
+	if errors.Is(err, sale.ErrInvalid) {
+		return orderInputError(err, req.SKU, req.Quantity, key)
+	}
+	if err != nil {
+		return err
+	}
+	writeAccepted(w, res.OrderID, string(res.Status))
 	return nil
 }
 
@@ -844,7 +981,9 @@ func requestID(r *http.Request) string {
 	if id := r.Header.Get("X-Request-Id"); len(id) > 0 && len(id) <= 64 && sale.ValidIdempotencyKey(id) {
 		return id
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var u [8]byte
+	var b [16]byte
+	binary.BigEndian.PutUint64(u[:], rand.Uint64())
+	hex.Encode(b[:], u[:])
+	return string(b[:])
 }

@@ -140,12 +140,15 @@ func (g *guard) State() string { return g.cb.State().String() }
 // The call is detached from the caller's cancellation: a buyer who gives up
 // after a second must not turn a Redis that never answered into an
 // excluded call. It ends at its answer or its own deadline, soon after.
-func (g *guard) reserve(ctx context.Context, f func(ctx context.Context) (stockgate.ReserveResult, error)) (stockgate.ReserveResult, error) {
+//
+// The call's context is the clock's first wait (clock.go).
+func (g *guard) reserve(ctx context.Context, c *waitClock, f func(ctx context.Context) (stockgate.ReserveResult, error)) (stockgate.ReserveResult, error) {
 	if g.disabled {
 		return f(ctx)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
-	defer cancel()
+	p := c.start(ctx, g.timeout)
+	defer c.stop(p)
+	ctx = p
 	res, err := g.cb.Execute(func() (stockgate.ReserveResult, error) {
 		if g.needSync.Load() {
 			// The probe after an opening: Redis must learn what the

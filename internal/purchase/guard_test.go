@@ -57,14 +57,14 @@ func TestGuardCountsHungCallsWhoseBuyersGaveUp(t *testing.T) {
 			// The buyer disconnects (a cancellation, not a deadline).
 			ctx, cancel := context.WithCancel(context.Background())
 			defer time.AfterFunc(20*time.Millisecond, cancel).Stop()
-			_, _ = g.reserve(ctx, hung)
+			_, _ = g.reserve(ctx, newWaitClock(), hung)
 		})
 	}
 	wg.Wait()
 	if !obs.opened() {
 		t.Fatalf("breaker %s after 25 hung calls, want open", g.State())
 	}
-	if _, err := g.reserve(context.Background(), hung); !errors.Is(err, errBreakerOpen) {
+	if _, err := g.reserve(context.Background(), newWaitClock(), hung); !errors.Is(err, errBreakerOpen) {
 		t.Fatalf("call while open: %v, want errBreakerOpen", err)
 	}
 }
@@ -83,15 +83,15 @@ func TestGuardOpensDespiteAFullWindow(t *testing.T) {
 		return stockgate.ReserveResult{}, errors.New("dial tcp: connection refused")
 	}
 	for range 1000 {
-		_, _ = g.reserve(context.Background(), ok)
-		_, _ = g.reserve(context.Background(), soldOut)
+		_, _ = g.reserve(context.Background(), newWaitClock(), ok)
+		_, _ = g.reserve(context.Background(), newWaitClock(), soldOut)
 	}
 	for i := range 19 {
-		if _, _ = g.reserve(context.Background(), down); obs.opened() {
+		if _, _ = g.reserve(context.Background(), newWaitClock(), down); obs.opened() {
 			t.Fatalf("opened after %d failures, want 20", i+1)
 		}
 	}
-	_, _ = g.reserve(context.Background(), down)
+	_, _ = g.reserve(context.Background(), newWaitClock(), down)
 	if !obs.opened() {
 		t.Fatalf("breaker %s after 20 failures in a row", g.State())
 	}

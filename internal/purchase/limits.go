@@ -67,8 +67,13 @@ const (
 
 // wait returns how long key is still refused (0: not known to be refused).
 func (b *blocklist) wait(key string, now time.Time) time.Duration {
+	return b.waitBytes([]byte(key), now)
+}
+
+// waitBytes is wait of a key composed in a buffer (the look-up copies nothing).
+func (b *blocklist) waitBytes(key []byte, now time.Time) time.Duration {
 	b.mu.Lock()
-	until, ok := b.m[key]
+	until, ok := b.m[string(key)]
 	b.mu.Unlock()
 	if !ok {
 		return 0
@@ -105,17 +110,30 @@ func limitKeys(sku, user, ipKey string) [3]string {
 	return [3]string{"s\x00" + sku, "u\x00" + sku + "\x00" + user, "i\x00" + sku + "\x00" + ipKey}
 }
 
+// appendLimitKey appends the limitKeys key of scope i to dst.
+func appendLimitKey(dst []byte, i int, sku, user, ipKey string) []byte {
+	switch i {
+	case 0:
+		return append(append(dst, "s\x00"...), sku...)
+	case 1:
+		return append(append(append(append(dst, "u\x00"...), sku...), 0), user...)
+	}
+	return append(append(append(append(dst, "i\x00"...), sku...), 0), ipKey...)
+}
+
 var limitScopes = [3]string{"sku", "user", "ip"}
 
 // blocked returns the error of a limit this instance knows still refuses
-// the purchase, or nil.
-func (s *Service) blocked(keys [3]string, ipKey string, now time.Time) error {
+// the purchase, or nil. The keys are composed on the stack: a purchase no
+// limit refuses allocates nothing here.
+func (s *Service) blocked(sku, user, ipKey string, now time.Time) error {
 	on := [3]bool{s.limits.SKU.On(), s.limits.User.On(), s.limits.IP.On() && ipKey != ""}
-	for i, k := range keys {
+	var buf [256]byte
+	for i := range on {
 		if !on[i] {
 			continue
 		}
-		if d := s.block.wait(k, now); d > 0 {
+		if d := s.block.waitBytes(appendLimitKey(buf[:0], i, sku, user, ipKey), now); d > 0 {
 			return &sale.RateLimitError{Scope: limitScopes[i], RetryAfter: d}
 		}
 	}

@@ -216,8 +216,7 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 			return Result{}, sale.ErrSoldOut
 		}
 	}
-	lkeys := limitKeys(req.SKU, req.User, ipKey)
-	if err := s.blocked(lkeys, ipKey, now); err != nil {
+	if err := s.blocked(req.SKU, req.User, ipKey, now); err != nil {
 		// A retry of a key that made an order gets it, not 429: one read.
 		if res, found := s.keyInGate(ctx, req, 0); found {
 			return res, nil
@@ -244,7 +243,9 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		}
 		return Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}, nil
 	}
-	gr, err := s.guard.reserve(ctx, func(ctx context.Context) (stockgate.ReserveResult, error) {
+	clk := newWaitClock()
+	defer clk.put()
+	gr, err := s.guard.reserve(ctx, clk, func(ctx context.Context) (stockgate.ReserveResult, error) {
 		return s.reserve(ctx, r, s.limits.gate(ipKey))
 	})
 	var le *stockgate.LimitedError
@@ -259,7 +260,7 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 			s.soldOut.unset(r.SKU)
 		}
 	case errors.As(err, &le):
-		s.remember(lkeys, le, now)
+		s.remember(limitKeys(req.SKU, req.User, ipKey), le, now)
 		return Result{}, err
 	case errors.As(err, &so):
 		s.soldOut.set(r.SKU, so.Available, now, gen)
@@ -294,11 +295,13 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	}
 	if !gr.Duplicate {
 		if s.ack > 0 {
-			actx, cancel := context.WithTimeout(ctx, s.ack)
-			if err := s.relay.Publish(actx, r.SKU, gr.OrderID, gr.Payload); err != nil {
+			// The clock's second wait: detached from the buyer, so that
+			// the gate call's timer serves it too (clock.go).
+			actx := clk.start(ctx, s.ack)
+			if err := s.relay.Publish(actx, r.SKU, gr.OrderID, gr.Payload); err != nil && s.log.Enabled(ctx, slog.LevelDebug) {
 				s.log.DebugContext(ctx, "purchase: accepted before the stream acknowledged (outbox holds it)", "order_id", gr.OrderID, "err", err)
 			}
-			cancel()
+			clk.stop(actx)
 		} else {
 			s.relay.Notify(ctx, r.SKU, gr.OrderID, gr.Payload)
 		}

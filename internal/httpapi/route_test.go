@@ -1,0 +1,127 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRoutingAnswers: requests no route takes are answered as they were
+// when the mux routed each request twice: 404 not_found or 405 with the
+// methods of the path in Allow, in JSON; the mux's redirects to a cleaned
+// path (or to a subtree's slash) where a route would take it; and routed
+// requests reach their route.
+func TestRoutingAnswers(t *testing.T) {
+	s := New(nil, nil, slog.New(slog.DiscardHandler), Config{
+		Dashboard: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("dash")) }),
+	})
+	cases := []struct {
+		method, path string
+		status       int
+		header, want string // a header's value, and a substring of the body
+	}{
+		{"GET", "/nope", 404, "Content-Type=application/json; charset=utf-8", `"not_found"`},
+		{"GET", "/api/v1/orders", 405, "Allow=POST", `"method_not_allowed"`},
+		{"DELETE", "/api/v1/orders/x", 405, "Allow=GET", `"method_not_allowed"`},
+		{"PUT", "/healthz", 405, "Allow=GET", `"method_not_allowed"`},
+		{"GET", "/api/v1/orders/", 404, "", `"not_found"`},
+		{"GET", "/foo/../nope", 404, "", `"not_found"`},
+		{"POST", "/api//v1/orders", 307, "Location=/api/v1/orders", ""},
+		{"GET", "/dashboard", 307, "Location=/dashboard/", ""},
+		{"GET", "/dashboard/x", 200, "", "dash"},
+		{"GET", "/", 302, "Location=/dashboard/", ""},
+		{"GET", "/healthz", 200, "Cache-Control=no-store", `"ok"`},
+		{"HEAD", "/healthz", 200, "", ""},
+	}
+	for _, c := range cases {
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest(c.method, c.path, nil))
+		if w.Code != c.status {
+			t.Errorf("%s %s: %d, want %d (%s)", c.method, c.path, w.Code, c.status, w.Body)
+			continue
+		}
+		if k, v, ok := strings.Cut(c.header, "="); ok && w.Header().Get(k) != v {
+			t.Errorf("%s %s: %s %q, want %q", c.method, c.path, k, w.Header().Get(k), v)
+		}
+		if !strings.Contains(w.Body.String(), c.want) {
+			t.Errorf("%s %s: body %q, want %q in it", c.method, c.path, w.Body, c.want)
+		}
+		if c.status >= 400 && w.Header().Get("X-Content-Type-Options") != "" {
+			t.Errorf("%s %s: the mux's own answer leaked: %v", c.method, c.path, w.Header())
+		}
+	}
+}
+
+// TestRequestContext: a routed request's context has the deadline of
+// Config.Timeout, is done at it once something waits, reports the
+// connection's cancellation, and is cancelled once the request is answered,
+// as a context.WithTimeout was.
+func TestRequestContext(t *testing.T) {
+	var got []context.Context
+	hold := make(chan struct{})
+	s := New(nil, nil, slog.New(slog.DiscardHandler), Config{Timeout: 50 * time.Millisecond})
+	s.handle("GET /t/wait", func(w http.ResponseWriter, r *http.Request) error {
+		ctx := r.Context()
+		got = append(got, ctx)
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > 50*time.Millisecond || time.Until(d) < 0 {
+			t.Errorf("deadline %v %v", d, ok)
+		}
+		child, cancel := context.WithCancel(ctx) // registers, no goroutine
+		defer cancel()
+		select {
+		case <-child.Done():
+		case <-time.After(5 * time.Second):
+			t.Error("not done at the deadline")
+		}
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !errors.Is(child.Err(), context.DeadlineExceeded) {
+			t.Errorf("err %v, child %v; want DeadlineExceeded", ctx.Err(), child.Err())
+		}
+		return nil
+	})
+	s.handle("GET /t/quick", func(w http.ResponseWriter, r *http.Request) error {
+		got = append(got, r.Context())
+		if err := r.Context().Err(); err != nil {
+			t.Errorf("err %v before the deadline", err)
+		}
+		return nil
+	})
+	s.handle("GET /t/gone", func(w http.ResponseWriter, r *http.Request) error {
+		<-hold
+		if !errors.Is(r.Context().Err(), context.Canceled) {
+			t.Errorf("err %v after the connection went, want Canceled", r.Context().Err())
+		}
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+			t.Error("not done after the connection went")
+		}
+		return nil
+	})
+	for _, p := range []string{"/t/wait", "/t/quick"} {
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest("GET", p, nil))
+		if w.Code != 200 {
+			t.Fatalf("%s: %d %s", p, w.Code, w.Body)
+		}
+	}
+	for _, ctx := range got {
+		if !errors.Is(ctx.Err(), context.Canceled) && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Errorf("after the answer: err %v, want done", ctx.Err())
+		}
+		select {
+		case <-ctx.Done():
+		default:
+			t.Error("after the answer: not done")
+		}
+	}
+	conn, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequest("GET", "/t/gone", nil).WithContext(conn)
+	cancel()
+	close(hold)
+	s.ServeHTTP(httptest.NewRecorder(), r)
+}

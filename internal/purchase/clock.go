@@ -1,0 +1,141 @@
+package purchase
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A purchase that reaches the gate has two bounded waits, one after the
+// other: the gate call (the breaker's call timeout) and then the stream's
+// ack (StreamAck). Both are detached from the buyer's cancellation (see
+// guard.reserve; a buyer who leaves during the ack wait leaves an answer
+// nobody reads, and the wait ends at its bound as before). A waitClock
+// gives both their context with one runtime timer, re-armed for the
+// second, where context.WithTimeout would make one per wait; clocks are
+// pooled, so a purchase makes no timer at all (Reset re-arms one).
+type waitClock struct {
+	t   *time.Timer
+	cur atomic.Pointer[phase] // the wait the timer is armed for
+}
+
+var waitClocks = sync.Pool{New: func() any {
+	c := &waitClock{}
+	c.t = time.AfterFunc(time.Hour, c.fire)
+	c.t.Stop()
+	return c
+}}
+
+// newWaitClock returns a clock from the pool; give it back with put once
+// its waits ended.
+func newWaitClock() *waitClock { return waitClocks.Get().(*waitClock) }
+
+func (c *waitClock) put() { waitClocks.Put(c) }
+
+// start returns the context of a wait of at most d with parent's values.
+// The previous wait, if any, must have ended (stop). Each wait is a new
+// context: one handed to a client may outlive the wait.
+func (c *waitClock) start(parent context.Context, d time.Duration) *phase {
+	p := &phase{values: context.WithoutCancel(parent), deadline: time.Now().Add(d)}
+	c.cur.Store(p)
+	c.t.Reset(d)
+	return p
+}
+
+// fire ends the current wait if its deadline passed (a timer armed for an
+// earlier wait, or an earlier purchase, can fire late: it finds a later
+// deadline and does nothing).
+func (c *waitClock) fire() {
+	if p := c.cur.Load(); p != nil && !time.Now().Before(p.deadline) {
+		p.end(context.DeadlineExceeded)
+	}
+}
+
+// stop ends the wait p early and stops the timer.
+func (c *waitClock) stop(p *phase) {
+	if c.cur.CompareAndSwap(p, nil) {
+		c.t.Stop()
+	}
+	p.end(context.Canceled)
+}
+
+// phase is the context of one wait: its parent's values, its own deadline,
+// no cancellation but its own.
+type phase struct {
+	values   context.Context
+	deadline time.Time
+	mu       sync.Mutex
+	done     chan struct{}
+	err      error
+	afters   []func()
+}
+
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (p *phase) Deadline() (time.Time, bool) { return p.deadline, true }
+func (p *phase) Value(key any) any           { return p.values.Value(key) }
+
+func (p *phase) Done() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		if p.err != nil {
+			p.done = closedDone
+		} else {
+			p.done = make(chan struct{})
+		}
+	}
+	return p.done
+}
+
+func (p *phase) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// AfterFunc runs f once p is done, as context.AfterFunc does (a context
+// derived from p registers here, not in a goroutine of its own).
+func (p *phase) AfterFunc(f func()) (stop func() bool) {
+	p.mu.Lock()
+	if p.err != nil {
+		p.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	p.afters = append(p.afters, f)
+	i := len(p.afters) - 1
+	p.mu.Unlock()
+	return func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.err != nil || p.afters[i] == nil {
+			return false
+		}
+		p.afters[i] = nil
+		return true
+	}
+}
+
+func (p *phase) end(err error) {
+	p.mu.Lock()
+	if p.err != nil {
+		p.mu.Unlock()
+		return
+	}
+	p.err = err
+	if p.done == nil {
+		p.done = closedDone
+	} else {
+		close(p.done)
+	}
+	afters := p.afters
+	p.afters = nil
+	p.mu.Unlock()
+	for _, f := range afters {
+		if f != nil {
+			go f()
+		}
+	}
+}
