@@ -280,7 +280,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.StreamAck, "stream-ack-timeout", "FLASHSALE_STREAM_ACK_TIMEOUT", 250*time.Millisecond, "a purchase waits this long for the stream's ack before answering 202 (0: answer once Redis accepted; the outbox delivers)")
 	e.dur(&c.PaymentTimeout, "payment-timeout", "FLASHSALE_PAYMENT_TIMEOUT", 15*time.Minute, "an unpaid order is cancelled and its stock released this long after it was accepted")
 	e.secret(&c.PaymentSecret, "payment-secret", "FLASHSALE_PAYMENT_SECRET", "HMAC-SHA256 `secret` of payment-provider callbacks (callback route disabled when empty)")
-	e.dur(&c.SweepEvery, "sweep-every", "FLASHSALE_SWEEP_EVERY", 5*time.Second, "period of the database sweeper that releases overdue orders (safety net of the delayed trigger)")
+	e.dur(&c.SweepEvery, "sweep-every", "FLASHSALE_SWEEP_EVERY", time.Second, "period of the database sweeper that releases unpaid orders past their deadline (FOR UPDATE SKIP LOCKED, in batches of 500); a pay after the deadline is refused whatever the sweeper's delay")
 	e.dur(&c.ReconcileEvery, "reconcile-every", "FLASHSALE_RECONCILE_EVERY", 5*time.Minute, "period of the reconciler (one instance at a time, under a lease)")
 	e.int(&c.ReconcileLimit, "reconcile-threshold", "FLASHSALE_RECONCILE_THRESHOLD", 2, "largest drift (units, seen twice) the reconciler corrects itself; above it alerts and leaves Redis alone")
 	e.secret(&c.AlertWebhook, "alert-webhook-url", "FLASHSALE_ALERT_WEBHOOK_URL", "`URL` that receives reconcile alerts as JSON POSTs (optional)")
