@@ -301,6 +301,9 @@ func (a *app) openStores(ctx context.Context) (err error) {
 		return fmt.Errorf("redis: %w", err)
 	}
 	a.gate = stockgate.New(a.redis, a.cfg.RedisPrefix)
+	if a.cfg.ClosedRetention > 0 {
+		a.gate.SetClosedRetention(a.cfg.ClosedRetention)
+	}
 	return nil
 }
 

@@ -13,6 +13,7 @@ package relay
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -267,12 +268,18 @@ func (r *Relay) publishErrs(ctx context.Context, msgs []orderqueue.Message) []er
 		acked[msgs[i].SKU] = append(acked[msgs[i].SKU], msgs[i].ID)
 		n++
 	}
+	// One script call per SKU of the batch, all at once (the client
+	// pipelines concurrent calls on its connection).
+	var wg sync.WaitGroup
 	for sku, ids := range acked {
-		if err := r.box.Unqueue(ctx, sku, ids...); err != nil {
-			// The entries stay; the sweeper publishes them again (de-duplicated).
-			r.log.Warn("relay unqueue", "sku_id", sku, "err", err)
-		}
+		wg.Go(func() {
+			if err := r.box.Unqueue(ctx, sku, ids...); err != nil {
+				// The entries stay; the sweeper publishes them again (de-duplicated).
+				r.log.Warn("relay unqueue", "sku_id", sku, "err", err)
+			}
+		})
 	}
+	wg.Wait()
 	if n < len(msgs) {
 		r.log.Warn("relay: stream did not acknowledge", "failed", len(msgs)-n, "of", len(msgs))
 	}
