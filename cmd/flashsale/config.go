@@ -13,6 +13,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/flashsale/flashsale/internal/stockgate"
 	"github.com/flashsale/flashsale/internal/tracing"
 )
 
@@ -32,6 +33,7 @@ type config struct {
 	ApplyWorkers    int
 	NATSSyncAlways  bool
 	KeyRetention    time.Duration
+	ClosedRetention time.Duration
 	CatalogRefresh  time.Duration
 	RelayGrace      time.Duration
 	RepublishAfter  time.Duration
@@ -263,6 +265,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.int(&c.ApplyWorkers, "apply-workers", "FLASHSALE_APPLY_WORKERS", 2, "concurrent batch appliers per instance")
 	e.bool(&c.NATSSyncAlways, "nats-sync-always", "FLASHSALE_NATS_SYNC_ALWAYS", false, "embedded JetStream fsyncs every write (survives power loss; slower)")
 	e.dur(&c.KeyRetention, "key-retention", "FLASHSALE_KEY_RETENTION", 24*time.Hour, "how long after a sale ends its Redis keys are kept (never while work is in flight)")
+	e.dur(&c.ClosedRetention, "closed-retention", "FLASHSALE_CLOSED_RETENTION", stockgate.DefaultClosedRetention, "how long Redis remembers a closed order id (a retry of it is a duplicate); an older retry is answered from the database")
 	e.dur(&c.CatalogRefresh, "catalog-refresh", "FLASHSALE_CATALOG_REFRESH", 2*time.Second, "how often the in-memory SKU catalog is reloaded from the database")
 	e.dur(&c.RelayGrace, "relay-grace", "FLASHSALE_RELAY_GRACE", 2*time.Second, "age of an outbox entry before the relay's sweeper re-publishes it")
 	e.dur(&c.RepublishAfter, "inflight-republish-after", "FLASHSALE_INFLIGHT_REPUBLISH_AFTER", 30*time.Second, "a reservation the stream acknowledged and still undecided this long after its acceptance is published again from Redis (the broker lost it); must exceed the normal drain time")
@@ -280,7 +283,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.StreamAck, "stream-ack-timeout", "FLASHSALE_STREAM_ACK_TIMEOUT", 250*time.Millisecond, "a purchase waits this long for the stream's ack before answering 202 (0: answer once Redis accepted; the outbox delivers)")
 	e.dur(&c.PaymentTimeout, "payment-timeout", "FLASHSALE_PAYMENT_TIMEOUT", 15*time.Minute, "an unpaid order is cancelled and its stock released this long after it was accepted")
 	e.secret(&c.PaymentSecret, "payment-secret", "FLASHSALE_PAYMENT_SECRET", "HMAC-SHA256 `secret` of payment-provider callbacks (callback route disabled when empty)")
-	e.dur(&c.SweepEvery, "sweep-every", "FLASHSALE_SWEEP_EVERY", 5*time.Second, "period of the database sweeper that releases overdue orders (safety net of the delayed trigger)")
+	e.dur(&c.SweepEvery, "sweep-every", "FLASHSALE_SWEEP_EVERY", time.Second, "period of the database sweeper that releases unpaid orders past their deadline (FOR UPDATE SKIP LOCKED, in batches of 500); a pay after the deadline is refused whatever the sweeper's delay")
 	e.dur(&c.ReconcileEvery, "reconcile-every", "FLASHSALE_RECONCILE_EVERY", 5*time.Minute, "period of the reconciler (one instance at a time, under a lease)")
 	e.int(&c.ReconcileLimit, "reconcile-threshold", "FLASHSALE_RECONCILE_THRESHOLD", 2, "largest drift (units, seen twice) the reconciler corrects itself; above it alerts and leaves Redis alone")
 	e.secret(&c.AlertWebhook, "alert-webhook-url", "FLASHSALE_ALERT_WEBHOOK_URL", "`URL` that receives reconcile alerts as JSON POSTs (optional)")
@@ -321,6 +324,8 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, fmt.Errorf("fallback-concurrency must be 0 or more")
 	case c.PaymentTimeout < time.Second:
 		return c, fmt.Errorf("payment-timeout must be at least 1s")
+	case c.ClosedRetention < 10*time.Second:
+		return c, fmt.Errorf("closed-retention must be at least 10s")
 	case c.SweepEvery <= 0:
 		return c, fmt.Errorf("sweep-every must be positive")
 	case c.ReconcileEvery <= 0:

@@ -187,22 +187,16 @@ func (a *app) historyRecorder() *dashboard.Recorder {
 
 // overviewRedis fills in the gate's figures of one sale.
 func (a *app) overviewRedis(ctx context.Context, so *saleOverview, fail func(string, error)) {
-	f, err := a.gate.ReadInFlight(ctx, so.SKU)
+	// Counts, not entries: a scrape or a page load reads no reservation.
+	gs, err := a.gate.ReadGauges(ctx, so.SKU)
 	if err != nil {
 		fail("redis", err)
 		return
 	}
-	n, units := int64(len(f.Reservations)), f.Units()
-	so.RedisLoaded, so.InFlight, so.InFlightUnits = &f.Loaded, &n, &units
-	if f.Loaded {
-		so.RedisAvailable = &f.Available
+	so.RedisLoaded, so.InFlight, so.InFlightUnits, so.Outbox = &gs.Loaded, &gs.InFlight, &gs.Units, &gs.Outbox
+	if gs.Loaded {
+		so.RedisAvailable = &gs.Available
 	}
-	out, err := a.gate.OutboxLen(ctx, so.SKU)
-	if err != nil {
-		fail("redis", err)
-		return
-	}
-	so.Outbox = &out
 }
 
 // overviewPipeline fills in the queue's backlog, the dead letters and the breaker.

@@ -279,8 +279,6 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() { a.lifecycle.RunSweeper(wctx, cfg.SweepEvery) })
 	a.goRun(func() { a.reconciler.Run(wctx, cfg.ReconcileEvery, a.gate, instanceID(), a.activeSKUs) })
 	a.goRun(func() { events.New(a.store, a.queue, log).Run(wctx, 250*time.Millisecond) })
-	timer := release.NewTimer(a.lifecycle, cfg.PaymentTimeout)
-	a.goRun(func() { timer.Run(wctx, a.queue.ExpiryConsumer()) })
 	return a, nil
 }
 
@@ -303,6 +301,9 @@ func (a *app) openStores(ctx context.Context) (err error) {
 		return fmt.Errorf("redis: %w", err)
 	}
 	a.gate = stockgate.New(a.redis, a.cfg.RedisPrefix)
+	if a.cfg.ClosedRetention > 0 {
+		a.gate.SetClosedRetention(a.cfg.ClosedRetention)
+	}
 	return nil
 }
 

@@ -305,12 +305,21 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 			applied++
 		}
 	}
+	// One script call per SKU of the batch, all at once (the client
+	// pipelines concurrent calls on its connection).
 	failed := map[string]error{}
+	var fmu sync.Mutex
+	var wg sync.WaitGroup
 	for sku, os := range bySKU {
-		if _, err := c.gate.Finalize(bctx, sku, os); err != nil {
-			failed[sku] = err
-		}
+		wg.Go(func() {
+			if _, err := c.gate.Finalize(bctx, sku, os); err != nil {
+				fmu.Lock()
+				failed[sku] = err
+				fmu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	var ferr error
 	for i, m := range msgs {
 		if err, bad := failed[rs[i].SKU]; bad {

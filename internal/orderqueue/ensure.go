@@ -39,8 +39,6 @@ func (q *Queue) Missing(ctx context.Context) error {
 	if err == nil {
 		_, err = q.js.Consumer(ctx, StreamName, ConsumerName)
 		check("consumer "+ConsumerName, err)
-		_, err = q.js.Consumer(ctx, StreamName, ExpiryConsumerName)
-		check("consumer "+ExpiryConsumerName, err)
 	}
 	_, err = q.js.Stream(ctx, DeadLetterStream)
 	check("stream "+DeadLetterStream, err)
@@ -157,6 +155,14 @@ func (q *Queue) Retain(ctx context.Context, now time.Time) (uint64, error) {
 	for ci := range names.Info() {
 		if ci.Config.Durable == "" {
 			continue // ordered readers (rebuilds) hold no claim
+		}
+		if ci.Name == ExpiryConsumerName {
+			// Retired; re-created by an instance of an older version
+			// during a rolling upgrade: it holds no claim, it goes.
+			if err := deleteRetired(ctx, q.stream); err != nil {
+				return 0, err
+			}
+			continue
 		}
 		if first || ci.AckFloor.Stream < floor {
 			floor, first = ci.AckFloor.Stream, false

@@ -6,6 +6,7 @@ package orderqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -19,7 +20,10 @@ const (
 	StreamName    = "FLASHSALE_ORDERS"
 	SubjectPrefix = "flashsale.orders."
 	ConsumerName  = "flashsale-apply"
-	// ExpiryConsumerName reads the same stream to time payment deadlines.
+	// ExpiryConsumerName is the retired durable consumer that timed payment
+	// deadlines (the database sweeper does it now). Open deletes it: a
+	// durable consumer left on the stream would hold retention below its
+	// ack floor for ever.
 	ExpiryConsumerName = "flashsale-expire"
 	// DeadLetterStream keeps reservations the consumer gave up on, until an
 	// operator replays or discards them. Nothing expires from it.
@@ -42,10 +46,6 @@ type Config struct {
 	MaxAckPending int
 	// Replicas of the stream on a clustered broker (default 1).
 	Replicas int
-	// ExpiryMaxPending bounds orders the payment-timeout consumer holds back
-	// at once (default 1,000,000): it must exceed the orders accepted within
-	// one payment timeout.
-	ExpiryMaxPending int
 }
 
 func (c Config) withDefaults() Config {
@@ -64,9 +64,6 @@ func (c Config) withDefaults() Config {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
-	if c.ExpiryMaxPending == 0 {
-		c.ExpiryMaxPending = 1_000_000
-	}
 	return c
 }
 
@@ -77,7 +74,6 @@ type Queue struct {
 	stream   jetstream.Stream
 	dlq      jetstream.Stream
 	consumer jetstream.Consumer
-	expiry   jetstream.Consumer
 
 	mu        sync.Mutex
 	eventCfg  *Config // set once the event stream is ensured
@@ -101,8 +97,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	return q, nil
 }
 
-// create creates or updates the order and dead-letter streams and both
-// durable consumers. The handles stay valid across a re-creation (they
+// create creates or updates the order and dead-letter streams and the
+// durable consumer, and deletes the retired payment-timer consumer. The handles stay valid across a re-creation (they
 // address the stream and consumers by name).
 func (q *Queue) create(ctx context.Context) error {
 	cfg := q.cfg
@@ -142,19 +138,21 @@ func (q *Queue) create(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("orderqueue: consumer: %w", err)
 	}
-	exp, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       ExpiryConsumerName,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxAckPending: cfg.ExpiryMaxPending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: SubjectPrefix + "*",
-	})
-	if err != nil {
-		return fmt.Errorf("orderqueue: expiry consumer: %w", err)
+	if err := deleteRetired(ctx, st); err != nil {
+		return err
 	}
 	if q.stream == nil {
-		q.stream, q.dlq, q.consumer, q.expiry = st, dlq, cons, exp
+		q.stream, q.dlq, q.consumer = st, dlq, cons
+	}
+	return nil
+}
+
+// deleteRetired deletes the retired payment-timer consumer if an older
+// version left it on the stream (its ack floor would stop retention).
+func deleteRetired(ctx context.Context, st jetstream.Stream) error {
+	err := st.DeleteConsumer(ctx, ExpiryConsumerName)
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("orderqueue: deleting the retired consumer %s: %w", ExpiryConsumerName, err)
 	}
 	return nil
 }
@@ -202,9 +200,6 @@ func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 
 // Consumer returns the durable consumer the appliers share.
 func (q *Queue) Consumer() jetstream.Consumer { return q.consumer }
-
-// ExpiryConsumer returns the durable consumer of the payment timers.
-func (q *Queue) ExpiryConsumer() jetstream.Consumer { return q.expiry }
 
 // Stats is the queue's backlog.
 type Stats struct {

@@ -41,10 +41,10 @@ func publish(t *testing.T, q *orderqueue.Queue, from, n int) {
 	}
 }
 
-// ack acknowledges the first n messages on both durable consumers.
+// ack acknowledges the first n messages on the durable consumer.
 func ack(t *testing.T, q *orderqueue.Queue, n int) {
 	t.Helper()
-	for _, c := range []jetstream.Consumer{q.Consumer(), q.ExpiryConsumer()} {
+	for _, c := range []jetstream.Consumer{q.Consumer()} {
 		b, err := c.Fetch(n, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -151,4 +151,65 @@ func TestEnsureRecreates(t *testing.T) {
 	}
 	publish(t, q, 0, 1)
 	ack(t, q, 1) // the re-created consumers deliver
+}
+
+// retiredConsumer adds the payment-timer consumer of older versions to the
+// order stream, as such a version (or one still running in a rolling
+// upgrade) left it: a durable consumer that acknowledges nothing for the
+// payment timeout.
+func retiredConsumer(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	if _, err := js.CreateOrUpdateConsumer(context.Background(), orderqueue.StreamName, jetstream.ConsumerConfig{
+		Durable: orderqueue.ExpiryConsumerName, AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: orderqueue.SubjectPrefix + "*",
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRetiredExpiryConsumerDeleted: the payment-timer consumer an older
+// version left on the stream is deleted when the queue opens, and again by
+// the retention pass if an older instance re-creates it; retention then
+// proceeds below the apply consumer's ack floor alone.
+func TestRetiredExpiryConsumerDeleted(t *testing.T) {
+	url := testenv.NATS(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	cfg := orderqueue.Config{MaxAge: time.Second, DuplicateWindow: 500 * time.Millisecond}
+	old, err := orderqueue.Open(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := old.JetStream()
+	retiredConsumer(t, js)
+	publish(t, old, 0, 3) // held by the retired consumer, never acknowledged by it
+
+	q, err := orderqueue.Open(ctx, nc, cfg) // an instance of this version starts
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Consumer(ctx, orderqueue.StreamName, orderqueue.ExpiryConsumerName); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("retired consumer after Open: %v, want it deleted", err)
+	}
+	if err := q.Missing(ctx); err != nil {
+		t.Fatalf("Missing: %v (the retired consumer is not required)", err)
+	}
+	// An instance of the older version re-creates it meanwhile.
+	retiredConsumer(t, js)
+	ack(t, q, 3)
+	time.Sleep(2500 * time.Millisecond) // past the retention
+	n, err := q.Retain(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Fatalf("retention purged %d, want the 3 acknowledged by the apply consumer", n)
+	}
+	if _, err := js.Consumer(ctx, orderqueue.StreamName, orderqueue.ExpiryConsumerName); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("retired consumer after Retain: %v, want it deleted", err)
+	}
 }

@@ -98,7 +98,7 @@ RETURNING ` + orderColumnList
 // Pay moves order id from pending_payment to paid: one compare-and-set on
 // the order row, so a payment racing with the payment timeout or a cancel
 // ends in exactly one terminal state. The set also requires expires_at >
-// now: a pay at or after the deadline is refused even before the timer
+// now: a pay at or after the deadline is refused even before the sweeper
 // releases the order (which it then does as usual). user, if not empty, must own the order.
 // Paying a paid order again returns it with again = true. Errors wrap
 // sale.ErrOrderNotFound (absent, or not user's), sale.ErrOrderExpired

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/stockgate"
 )
 
 // SKULister reads every SKU's configuration from the database.
@@ -21,6 +22,7 @@ type SKULister interface {
 type Catalog struct {
 	src  SKULister
 	skus atomic.Pointer[map[string]sale.SKU]
+	tags atomic.Pointer[map[uint16][]string] // stockgate.SKUTag -> SKU ids
 	kick chan struct{}
 }
 
@@ -29,6 +31,7 @@ func NewCatalog(src SKULister) *Catalog {
 	c := &Catalog{src: src, kick: make(chan struct{}, 1)}
 	empty := map[string]sale.SKU{}
 	c.skus.Store(&empty)
+	c.tags.Store(&map[uint16][]string{})
 	return c
 }
 
@@ -39,12 +42,20 @@ func (c *Catalog) Refresh(ctx context.Context) error {
 		return err
 	}
 	m := make(map[string]sale.SKU, len(list))
+	tags := make(map[uint16][]string, len(list))
 	for _, s := range list {
 		m[s.ID] = s
+		t := stockgate.SKUTag(s.ID)
+		tags[t] = append(tags[t], s.ID)
 	}
 	c.skus.Store(&m)
+	c.tags.Store(&tags)
 	return nil
 }
+
+// Tagged returns the SKUs whose tag (stockgate.SKUTag) is t: those an
+// order id carrying t may belong to (usually one).
+func (c *Catalog) Tagged(t uint16) []string { return (*c.tags.Load())[t] }
 
 // Get returns the configuration of id.
 func (c *Catalog) Get(id string) (sale.SKU, bool) {

@@ -45,7 +45,7 @@ func (g *fakeGate) ReserveLimited(_ context.Context, r sale.Reservation, l stock
 	return stockgate.ReserveResult{OrderID: r.OrderID, Available: g.avail}, nil
 }
 
-func (g *fakeGate) Lookup(context.Context, string, string) (sale.Reservation, bool, error) {
+func (g *fakeGate) Lookup(context.Context, string, ...string) (sale.Reservation, bool, error) {
 	return sale.Reservation{}, false, nil
 }
 

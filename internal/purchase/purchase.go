@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -28,7 +27,8 @@ import (
 type Gate interface {
 	ReserveLimited(ctx context.Context, r sale.Reservation, l stockgate.Limits) (stockgate.ReserveResult, error)
 	Duplicate(ctx context.Context, sku, user, key string) (string, bool, error)
-	Lookup(ctx context.Context, sku, orderID string) (sale.Reservation, bool, error)
+	// Lookup finds the in-flight reservation orderID in any of skus.
+	Lookup(ctx context.Context, orderID string, skus ...string) (sale.Reservation, bool, error)
 	Available(ctx context.Context, sku string) (int64, bool, error)
 }
 
@@ -225,7 +225,7 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	}
 	gen := s.soldOut.gen.Load()
 	r := sale.Reservation{
-		OrderID:        uuid.Must(uuid.NewV7()).String(),
+		OrderID:        stockgate.NewOrderID(req.SKU), // tagged: Order finds it in one Redis call
 		SKU:            req.SKU,
 		User:           req.User,
 		Quantity:       req.Quantity,
@@ -360,6 +360,9 @@ func (s *Service) reserve(ctx context.Context, r sale.Reservation, l stockgate.L
 	for attempt := 0; attempt < 3; attempt++ {
 		var gr stockgate.ReserveResult
 		gr, err = s.reserveOnce(ctx, r, l, attempt)
+		if errors.Is(err, stockgate.ErrClosedForgotten) {
+			return s.closedForgotten(ctx, r)
+		}
 		if err == nil {
 			if gr.Duplicate && gr.OrderID == r.OrderID {
 				// Our earlier attempt did run: this is our reservation
@@ -373,6 +376,23 @@ func (s *Service) reserve(ctx context.Context, r sale.Reservation, l stockgate.L
 			return gr, err
 		}
 		s.log.WarnContext(ctx, "purchase: gate outcome unknown, asking again with the same order id", "order_id", r.OrderID, "attempt", attempt+1, "err", err)
+	}
+	return stockgate.ReserveResult{}, err
+}
+
+// closedForgotten answers a reserve call the gate refused because r was
+// accepted before the closed orders it still remembers: the database knows
+// whether r's order was made. Only a retry of an order id older than the
+// retention (or a clock far behind the other instances') gets here.
+func (s *Service) closedForgotten(ctx context.Context, r sale.Reservation) (stockgate.ReserveResult, error) {
+	o, err := s.orders.Order(ctx, r.OrderID)
+	switch {
+	case err == nil && o.User == r.User:
+		return stockgate.ReserveResult{OrderID: o.ID, Duplicate: true}, nil
+	case err == nil || errors.Is(err, sale.ErrOrderNotFound):
+		s.log.WarnContext(ctx, "purchase: reservation accepted before the gate's closed-order retention and unknown to the database: is this instance's clock behind?",
+			"order_id", r.OrderID, "accepted_at", time.UnixMilli(r.AcceptedAt).UTC())
+		return stockgate.ReserveResult{}, fmt.Errorf("%w: reservation %s is older than the closed-order retention", sale.ErrUnavailable, r.OrderID)
 	}
 	return stockgate.ReserveResult{}, err
 }
@@ -461,10 +481,21 @@ func (s *Service) Order(ctx context.Context, user, id string) (sale.Order, error
 	if !errors.Is(err, sale.ErrOrderNotFound) {
 		return sale.Order{}, err
 	}
-	// Queued orders live in the gate under their SKU. The id does not name
-	// the SKU, so look in each loaded sale (a handful during a sale).
-	for _, sku := range s.Catalog.All() {
-		r, found, err := s.gate.Lookup(ctx, sku.ID, id)
+	// Queued orders live in the gate under their SKU, which the id's tag
+	// names (stockgate.NewOrderID): one Redis call (more only on a tag
+	// shared by several SKUs, one call for all of them). An id without a
+	// tag (made by an older version) is looked for in every SKU, in one
+	// pipelined round trip.
+	var skus []string
+	if tag, ok := stockgate.OrderTag(id); ok {
+		skus = s.Catalog.Tagged(tag)
+	} else {
+		for _, sku := range s.Catalog.All() {
+			skus = append(skus, sku.ID)
+		}
+	}
+	if len(skus) > 0 {
+		r, found, err := s.gate.Lookup(ctx, id, skus...)
 		if err != nil {
 			return sale.Order{}, err
 		}

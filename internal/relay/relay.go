@@ -13,6 +13,7 @@ package relay
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -183,7 +184,10 @@ func (r *Relay) runFast(ctx context.Context) {
 		for _, it := range batch {
 			msgs = append(msgs, it.msg)
 		}
-		errs := r.publishErrs(ctx, msgs)
+		errs := r.send(ctx, msgs)
+		// The buyers wait for the stream's ack only: they hear it before
+		// the outbox entries go (an entry left by a failed unqueue is
+		// published again by the sweeper, de-duplicated).
 		for i, it := range batch {
 			if it.done != nil {
 				it.done <- errs[i]
@@ -191,6 +195,7 @@ func (r *Relay) runFast(ctx context.Context) {
 			tracing.Fail(it.span, errs[i])
 			it.span.End()
 		}
+		r.unqueue(ctx, msgs, errs)
 	}
 }
 
@@ -250,13 +255,26 @@ func (r *Relay) publish(ctx context.Context, msgs []orderqueue.Message) int {
 // publishErrs sends msgs, removes the acknowledged ones from the outbox and
 // returns one error per message (nil: in the stream).
 func (r *Relay) publishErrs(ctx context.Context, msgs []orderqueue.Message) []error {
+	errs := r.send(ctx, msgs)
+	r.unqueue(ctx, msgs, errs)
+	return errs
+}
+
+// send publishes msgs (all at once, then one wait for their acks) and
+// returns one error per message (nil: in the stream).
+func (r *Relay) send(ctx context.Context, msgs []orderqueue.Message) []error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	failpoint.Inject(failpoint.AfterGateBeforeRelay)
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	errs := r.pub.Publish(pctx, msgs)
+	return r.pub.Publish(pctx, msgs)
+}
+
+// unqueue removes from the outbox the messages the stream acknowledged
+// (errs[i] == nil).
+func (r *Relay) unqueue(ctx context.Context, msgs []orderqueue.Message, errs []error) {
 	acked := map[string][]string{}
 	n := 0
 	for i, err := range errs {
@@ -267,14 +285,19 @@ func (r *Relay) publishErrs(ctx context.Context, msgs []orderqueue.Message) []er
 		acked[msgs[i].SKU] = append(acked[msgs[i].SKU], msgs[i].ID)
 		n++
 	}
+	// One script call per SKU of the batch, all at once (the client
+	// pipelines concurrent calls on its connection).
+	var wg sync.WaitGroup
 	for sku, ids := range acked {
-		if err := r.box.Unqueue(ctx, sku, ids...); err != nil {
-			// The entries stay; the sweeper publishes them again (de-duplicated).
-			r.log.Warn("relay unqueue", "sku_id", sku, "err", err)
-		}
+		wg.Go(func() {
+			if err := r.box.Unqueue(ctx, sku, ids...); err != nil {
+				// The entries stay; the sweeper publishes them again (de-duplicated).
+				r.log.Warn("relay unqueue", "sku_id", sku, "err", err)
+			}
+		})
 	}
+	wg.Wait()
 	if n < len(msgs) {
 		r.log.Warn("relay: stream did not acknowledge", "failed", len(msgs)-n, "of", len(msgs))
 	}
-	return errs
 }

@@ -4,9 +4,8 @@
 // The truth is one compare-and-set on the order row in the database
 // (pending_payment -> paid, or -> cancelled with the stock given back in the
 // same transaction): a paid order is never released and a release happens
-// once, whatever races. Triggers are never the truth: the delayed message
-// (Timer), the database sweeper (Sweeper) and users all just ask for the
-// change. The Redis half of a release (units and buyer slot back in the
+// once, whatever races. Triggers are never the truth: the database sweeper
+// (the payment timeout, SweepOnce) and users just ask for the change. The Redis half of a release (units and buyer slot back in the
 // gate) is owed in the database (redis_restores) and done by the Restorer,
 // retried until done, once per order.
 package release
@@ -66,7 +65,7 @@ func New(store Store, gate Gate, orders Orders, active func(string) bool, log *s
 // Pay records the payment of order id by its owner user (ref: the payment
 // provider's reference). Paying twice returns the same order. Errors:
 // sale.ErrOrderNotFound, sale.ErrOrderExpired (cancelled or timed out: the
-// caller refunds; an order past its deadline that the timer has not yet
+// caller refunds; an order past its deadline that the sweeper has not yet
 // released is released here, before the answer), sale.ErrOrderFailed,
 // sale.ErrOrderQueued (not yet in the database: retry shortly).
 func (s *Service) Pay(ctx context.Context, user, id, ref string) (sale.Order, error) {
@@ -86,9 +85,9 @@ func (s *Service) Pay(ctx context.Context, user, id, ref string) (sale.Order, er
 		}
 	}
 	if errors.Is(err, sale.ErrOrderExpired) && o.Status == sale.StatusPendingPayment {
-		// Past its deadline but not yet released by the timer or the
-		// sweeper: release it now, so that the order is cancelled when the
-		// payer hears order_expired (the same compare-and-set as the timer's:
+		// Past its deadline but not yet released by the sweeper: release
+		// it now, so that the order is cancelled when the payer hears
+		// order_expired (the same compare-and-set as the sweeper's:
 		// a release happens once, whoever asks).
 		if eo, released, eerr := s.store.Expire(ctx, id, s.now()); eerr == nil {
 			o = eo
@@ -242,7 +241,8 @@ func (s *Service) RunRestorer(ctx context.Context, period time.Duration) {
 }
 
 // SweepOnce releases every order whose payment deadline passed before now
-// (the safety net of the delayed trigger) and returns how many.
+// (the payment timeout: claimed in batches with FOR UPDATE SKIP LOCKED, so
+// several instances share the work) and returns how many.
 func (s *Service) SweepOnce(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	for {

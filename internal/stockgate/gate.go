@@ -5,11 +5,13 @@
 // Keys of one SKU share the hash tag {sku_id}, so every script touches one
 // Redis Cluster slot:
 //
-//	<prefix>:{sku}:meta    hash  avail, debt, limit, starts, ends, reserved, moves, epoch
+//	<prefix>:{sku}:meta    hash  avail, debt, limit, starts, ends, reserved, moves, epoch,
+//	                             inflight (units in res), cfloor (closed markers dropped below), seeding
 //	<prefix>:{sku}:buyers  hash  user -> units held
 //	<prefix>:{sku}:res     hash  order_id -> reservation JSON (in flight)
 //	<prefix>:{sku}:outbox  zset  order_id by accepted ms (not yet in the stream)
-//	<prefix>:{sku}:idem    hash  user NUL Idempotency-Key -> order_id
+//	<prefix>:{sku}:idem    hash  user NUL Idempotency-Key -> order_id; '#' order_id -> 1 (closed)
+//	<prefix>:{sku}:closed  zset  closed order ids by accepted ms (the '#' markers, dropped after ClosedRetention)
 //	<prefix>:{sku}:rel     set   order ids whose release was restored here
 //	<prefix>:{sku}:lock    string the token of the instance changing the SKU (LockSKU)
 //	<prefix>:skus          set   SKUs loaded (scanned by the relay)
@@ -21,7 +23,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,6 +65,7 @@ var (
 type Gate struct {
 	c        rueidis.Client
 	prefix   string
+	closedMs int64 // ClosedRetention in ms
 	reserve  *rueidis.Lua
 	finalize *rueidis.Lua
 	seed     *rueidis.Lua
@@ -79,6 +84,7 @@ func New(c rueidis.Client, prefix string) *Gate {
 	return &Gate{
 		c:        c,
 		prefix:   prefix,
+		closedMs: DefaultClosedRetention.Milliseconds(),
 		reserve:  rueidis.NewLuaScript(reserveLua),
 		finalize: rueidis.NewLuaScript(debtLua + finalizeLua),
 		seed:     rueidis.NewLuaScript(seedLua),
@@ -91,14 +97,34 @@ func New(c rueidis.Client, prefix string) *Gate {
 	}
 }
 
+// DefaultClosedRetention is how long a closed order id is remembered by
+// default (see SetClosedRetention).
+const DefaultClosedRetention = 2 * time.Minute
+
+// SetClosedRetention sets how long the gate remembers that an order id was
+// closed (its '#' marker in the idem hash, indexed by the closed zset), so
+// that a retry of a reserve call with the same order id is a duplicate and
+// not a new reservation. Markers of reservations accepted longer ago are
+// dropped by Finalize; a reserve call of a reservation accepted before the
+// dropped ones returns ErrClosedForgotten (ask the database). The purchase
+// path retries an order id only within a few gate timeouts, so minutes are
+// plenty. Call it before the gate is used.
+func (g *Gate) SetClosedRetention(d time.Duration) { g.closedMs = d.Milliseconds() }
+
+// ErrClosedForgotten is returned by Reserve for a reservation accepted
+// before the oldest closed marker the gate still remembers (see
+// SetClosedRetention): it may have been reserved and closed already. The
+// database knows: an order with that id exists or it was never reserved.
+var ErrClosedForgotten = errors.New("stockgate: reservation older than the closed-order retention")
+
 // Keys names the Redis keys of one SKU.
-type Keys struct{ Meta, Buyers, Res, Outbox, Idem, Rel, Lock string }
+type Keys struct{ Meta, Buyers, Res, Outbox, Idem, Rel, Lock, Closed string }
 
 // KeysOf returns the keys of sku.
 func (g *Gate) KeysOf(sku string) Keys {
 	base := g.prefix + ":{" + sku + "}:"
 	return Keys{Meta: base + "meta", Buyers: base + "buyers", Res: base + "res", Outbox: base + "outbox", Idem: base + "idem", Rel: base + "rel",
-		Lock: base + "lock"}
+		Lock: base + "lock", Closed: base + "closed"}
 }
 
 func (g *Gate) registry() string { return g.prefix + ":skus" }
@@ -233,6 +259,8 @@ func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits)
 		return ReserveResult{}, sale.ErrSaleEnded
 	case -6:
 		return ReserveResult{}, rateLimited(vals[1:])
+	case -7:
+		return ReserveResult{}, ErrClosedForgotten
 	}
 	return ReserveResult{}, fmt.Errorf("stockgate: reserve: unexpected code %d", code)
 }
@@ -301,7 +329,8 @@ func (g *Gate) Finalize(ctx context.Context, sku string, outcomes []Outcome) (un
 	if len(outcomes) == 0 {
 		return 0, nil
 	}
-	args := make([]string, 0, 2*len(outcomes))
+	args := make([]string, 0, 2+2*len(outcomes))
+	args = append(args, strconv.FormatInt(time.Now().UnixMilli(), 10), strconv.FormatInt(g.closedMs, 10))
 	for _, o := range outcomes {
 		flag := "a"
 		switch {
@@ -313,7 +342,7 @@ func (g *Gate) Finalize(ctx context.Context, sku string, outcomes []Outcome) (un
 		args = append(args, o.OrderID, flag)
 	}
 	k := g.KeysOf(sku)
-	vals, err := g.finalize.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, g.acceptedKey(sku)}, args).AsIntSlice()
+	vals, err := g.finalize.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, g.acceptedKey(sku), k.Closed}, args).AsIntSlice()
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: finalize: %w", err)
 	}
@@ -350,32 +379,80 @@ func ms(t time.Time) string {
 // changes nothing if the SKU is already loaded (use Resync then). idem maps
 // user NUL Idempotency-Key to the order it made, so that a retry after a
 // reload still returns the same order.
+//
+// A large sale is written in chunks of about SeedChunk entries per script
+// call (Redis serves other calls between them); the SKU stays unloaded,
+// refused by the gate, until the last chunk marks it loaded.
 func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []Release, idem map[string]string, epoch string) (bool, error) {
 	k := g.KeysOf(sku)
-	args := []string{strconv.FormatInt(available, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), epoch,
-		strconv.Itoa(len(holdings)), strconv.Itoa(len(released)), strconv.Itoa(len(idem)), cfg.Lock}
-	for u, n := range holdings {
-		args = append(args, u, strconv.FormatInt(n, 10))
+	var chunks []seedChunk
+	cur := &seedChunk{}
+	next := func() {
+		if cur.entries >= SeedChunk {
+			chunks = append(chunks, *cur)
+			cur = &seedChunk{}
+		}
+	}
+	// Holdings, releases and keys first, then reservations oldest first
+	// (the order seed.lua records their keys in), each kind in its own
+	// section of a chunk.
+	for _, u := range slices.Sorted(maps.Keys(holdings)) {
+		next()
+		cur.buyers = append(cur.buyers, u, strconv.FormatInt(holdings[u], 10))
+		cur.entries++
 	}
 	for _, r := range released {
-		args = append(args, r.OrderID)
+		next()
+		cur.rel = append(cur.rel, r.OrderID)
+		cur.entries++
 	}
-	for key, id := range idem {
-		args = append(args, key, id)
+	for _, key := range slices.Sorted(maps.Keys(idem)) {
+		next()
+		cur.idem = append(cur.idem, key, idem[key])
+		cur.entries++
 	}
 	for _, r := range inflight {
 		b, err := json.Marshal(r)
 		if err != nil {
 			return false, err
 		}
-		args = append(args, r.OrderID, string(b))
+		next()
+		cur.res = append(cur.res, r.OrderID, string(b))
+		cur.entries++
 	}
-	n, err := g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Rel, k.Idem, k.Lock}, args).AsInt64()
-	if err != nil {
-		return false, fmt.Errorf("stockgate: seed: %w", err)
-	}
-	if n == -5 {
-		return false, ErrLockLost
+	chunks = append(chunks, *cur)
+	token := epoch + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	var n int64
+	for i, c := range chunks {
+		phase := "m"
+		switch {
+		case len(chunks) == 1:
+			phase = "o"
+		case i == 0:
+			phase = "f"
+		case i == len(chunks)-1:
+			phase = "l"
+		}
+		args := make([]string, 0, 11+len(c.buyers)+len(c.rel)+len(c.idem)+len(c.res))
+		args = append(args, strconv.FormatInt(available, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), epoch,
+			strconv.Itoa(len(c.buyers)/2), strconv.Itoa(len(c.rel)), strconv.Itoa(len(c.idem)/2), cfg.Lock, token, phase)
+		args = append(append(append(append(args, c.buyers...), c.rel...), c.idem...), c.res...)
+		var err error
+		n, err = g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Rel, k.Idem, k.Lock}, args).AsInt64()
+		if err != nil {
+			return false, fmt.Errorf("stockgate: seed: %w", err)
+		}
+		switch n {
+		case -5:
+			return false, ErrLockLost
+		case -6:
+			return false, ErrSeedTakenOver
+		case 0:
+			return false, nil // loaded meanwhile (another instance's seed)
+		}
+		if afterSeedChunk != nil && i < len(chunks)-1 {
+			afterSeedChunk(i)
+		}
 	}
 	if n == 1 {
 		if err := g.Register(ctx, sku); err != nil {
@@ -384,6 +461,23 @@ func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64
 	}
 	return n == 1, nil
 }
+
+// SeedChunk is about how many entries (buyers, releases, keys, reservations)
+// one seed script call writes.
+var SeedChunk = 1000
+
+// afterSeedChunk, if set (tests), is called after each chunk but the last.
+var afterSeedChunk func(i int)
+
+// seedChunk is one seed.lua call's share of a load.
+type seedChunk struct {
+	buyers, rel, idem, res []string
+	entries                int
+}
+
+// ErrSeedTakenOver is returned by Seed when another load of the SKU started
+// while this one was writing its chunks: this one stops, the other goes on.
+var ErrSeedTakenOver = errors.New("stockgate: another seed of the sku took over")
 
 // Fence unloads sku: the gate refuses it (sale.ErrNotWarmed) until Seed
 // loads it again. In-flight entries and the reserved counter are kept.
@@ -412,6 +506,53 @@ type InFlight struct {
 	// reservation (those are counted by Reserved).
 	Moves        int64
 	Reservations []sale.Reservation
+}
+
+// Gauges are a SKU's figures for the dashboard and the metrics, read
+// without reading a reservation.
+type Gauges struct {
+	Loaded    bool
+	Available int64 // avail - debt (see InFlight), when Loaded
+	InFlight  int64 // reservations in flight (entries of res)
+	Units     int64 // their units
+	Outbox    int64 // reservations not yet acknowledged by the stream
+}
+
+// ReadGauges returns sku's gauges in one round trip that reads no entry:
+// the length of res and the meta hash's running count of their units (kept
+// by the scripts that add or remove entries). A SKU loaded by an older
+// version has no count until its next seed or resync: then the entries
+// are read (ReadInFlight).
+func (g *Gate) ReadGauges(ctx context.Context, sku string) (Gauges, error) {
+	k := g.KeysOf(sku)
+	rs := g.c.DoMulti(ctx, g.c.B().Hlen().Key(k.Res).Build(),
+		g.c.B().Hmget().Key(k.Meta).Field("inflight", "avail", "debt", "epoch").Build(), g.c.B().Zcard().Key(k.Outbox).Build())
+	n, err := rs[0].AsInt64()
+	if err != nil {
+		return Gauges{}, fmt.Errorf("stockgate: gauges: %w", err)
+	}
+	m, err := rs[1].ToArray()
+	if err != nil || len(m) != 4 {
+		return Gauges{}, fmt.Errorf("stockgate: gauges: %w", err)
+	}
+	out, err := rs[2].AsInt64()
+	if err != nil {
+		return Gauges{}, fmt.Errorf("stockgate: gauges: %w", err)
+	}
+	units, uerr := m[0].AsInt64()
+	if rueidis.IsRedisNil(uerr) {
+		f, err := g.ReadInFlight(ctx, sku)
+		if err != nil {
+			return Gauges{}, err
+		}
+		return Gauges{Loaded: f.Loaded, Available: f.Available, InFlight: int64(len(f.Reservations)), Units: f.Units(), Outbox: out}, nil
+	}
+	gs := Gauges{InFlight: n, Units: units, Outbox: out}
+	gs.Loaded = !m[3].IsNil()
+	avail, _ := m[1].AsInt64()
+	debt, _ := m[2].AsInt64()
+	gs.Available = avail - debt
+	return gs, nil
 }
 
 // Units returns the total quantity of the reservations.
@@ -492,7 +633,7 @@ func (g *Gate) Resync(ctx context.Context, sku string, cfg Config, f InFlight, d
 		args = append(args, r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10))
 	}
 	k := g.KeysOf(sku)
-	vals, err := g.resync.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Rel, k.Idem, k.Lock}, args).AsIntSlice()
+	vals, err := g.resync.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Rel, k.Idem, k.Lock, k.Closed}, args).AsIntSlice()
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: resync: %w", err)
 	}
@@ -570,14 +711,27 @@ func (g *Gate) Held(ctx context.Context, sku, user string) (int64, error) {
 	return n, err
 }
 
-// Lookup returns the in-flight reservation orderID of sku, if any.
-func (g *Gate) Lookup(ctx context.Context, sku, orderID string) (sale.Reservation, bool, error) {
-	b, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Res).Field(orderID).Build()).AsBytes()
-	if rueidis.IsRedisNil(err) {
-		return sale.Reservation{}, false, nil
+// Lookup returns the in-flight reservation orderID of any of skus, if one
+// holds it: one round trip (the look-ups of several SKUs are pipelined).
+func (g *Gate) Lookup(ctx context.Context, orderID string, skus ...string) (sale.Reservation, bool, error) {
+	cmds := make(rueidis.Commands, len(skus))
+	for i, sku := range skus {
+		cmds[i] = g.c.B().Hget().Key(g.KeysOf(sku).Res).Field(orderID).Build()
 	}
-	if err != nil {
-		return sale.Reservation{}, false, fmt.Errorf("stockgate: lookup: %w", err)
+	var b []byte
+	for _, r := range g.c.DoMulti(ctx, cmds...) {
+		v, err := r.AsBytes()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return sale.Reservation{}, false, fmt.Errorf("stockgate: lookup: %w", err)
+		}
+		b = v
+		break
+	}
+	if b == nil {
+		return sale.Reservation{}, false, nil
 	}
 	var r sale.Reservation
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -642,7 +796,7 @@ func (g *Gate) Ping(ctx context.Context) error {
 // the keys were dropped. A sale without an end is never dropped.
 func (g *Gate) Expire(ctx context.Context, sku string, now time.Time, retention time.Duration) (bool, error) {
 	k := g.KeysOf(sku)
-	n, err := g.expire.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, k.Rel, g.acceptedKey(sku)},
+	n, err := g.expire.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, k.Rel, g.acceptedKey(sku), k.Closed},
 		[]string{strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt(retention.Milliseconds(), 10)}).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("stockgate: expire: %w", err)

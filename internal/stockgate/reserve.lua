@@ -2,7 +2,10 @@
 -- check (arguments, rate limits, duplicates, window, stock, per-user limit)
 -- is read-only and comes before the first write (a Lua error after a write
 -- keeps the write). A request a rate limit refuses writes nothing at all.
--- KEYS[1] meta    hash: avail, limit, starts, ends (ms, 0 = none), reserved, epoch
+-- KEYS[1] meta    hash: avail, limit, starts, ends (ms, 0 = none), reserved, epoch,
+--                 inflight (units of the res entries, kept when present: see seed.lua),
+--                 cfloor (closed markers of reservations accepted before it are dropped,
+--                 see finalize.lua)
 -- KEYS[2] buyers  hash: user -> units held (reserved or live)
 -- KEYS[3] res     hash: order_id -> reservation JSON (in flight: not yet applied in the database)
 -- KEYS[4] outbox  zset: order_id scored by accepted ms (not yet acknowledged by the stream)
@@ -27,6 +30,8 @@
 --   {-3}                          sale not started   {-4} sale ended
 --   {-5}                          bad arguments
 --   {-6, sku_ms, user_ms, ip_ms}  rate limited: ms until each limit admits again (0 = it passed)
+--   {-7}                          accepted (ARGV[4]) before cfloor: the closed marker of this
+--                                 order id may have been dropped; the caller asks the database
 -- Every request that passes the rate limits counts against them, whatever
 -- the outcome (a user stuck at limit_reached who keeps clicking is limited).
 -- A repeat of an order id (the caller's retry after a lost reply) does not,
@@ -86,11 +91,14 @@ local function count()
   end
 end
 
-local m = redis.call('HMGET', KEYS[1], 'avail', 'limit', 'starts', 'ends')
+local m = redis.call('HMGET', KEYS[1], 'avail', 'limit', 'starts', 'ends', 'inflight', 'cfloor')
 local avail = tonumber(m[1])
 local limit = tonumber(m[2])
 if not avail or not limit then
   return {-2}
+end
+if m[6] and now < tonumber(m[6]) then
+  return {-7}
 end
 local starts = tonumber(m[3]) or 0
 local ends = tonumber(m[4]) or 0
@@ -103,6 +111,7 @@ if held + qty > limit then count(); return {-1, held} end
 count()
 redis.call('HINCRBY', KEYS[1], 'avail', -qty)
 redis.call('HINCRBY', KEYS[1], 'reserved', qty)
+if m[5] then redis.call('HINCRBY', KEYS[1], 'inflight', qty) end
 redis.call('HINCRBY', KEYS[2], ARGV[2], qty)
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[6])
 redis.call('ZADD', KEYS[4], now, ARGV[1])

@@ -18,6 +18,7 @@
 -- accounts for them (at worst undersold for a moment).
 -- KEYS[1] meta  KEYS[2] buyers  KEYS[3] res  KEYS[4] outbox  KEYS[5] rel  KEYS[6] idem
 -- KEYS[7] the SKU's change lock (see Gate.LockSKU)
+-- KEYS[8] closed  zset: the closed markers' index (see finalize.lua)
 -- ARGV[1] S  ARGV[2] C1  ARGV[3] units of R not processed
 -- ARGV[4] limit  ARGV[5] starts ms  ARGV[6] ends ms  ARGV[7] number P of processed entries
 -- ARGV[8] epoch seen with R: if the SKU was re-seeded since (a lost Redis,
@@ -29,6 +30,8 @@
 -- Returns {avail, debt} (avail >= 0), {-2} if the SKU is not loaded, {-3} if it was re-seeded
 -- since R was read, {-4} if units moved since R was read (the caller reads
 -- again for both), {-5} if the caller's lock expired or was taken over.
+-- The meta hash's inflight (units of the res entries) is kept exact, and
+-- computed from res if absent (a SKU loaded by a version without it).
 -- Nothing is written unless it returns {avail, debt}.
 if ARGV[10] ~= '' and redis.call('GET', KEYS[7]) ~= ARGV[10] then
   return {-5}
@@ -54,19 +57,29 @@ local function release_slot(user, qty)
   if left <= 0 then redis.call('HDEL', KEYS[2], user) end
 end
 local i = 11
+local closed = 0
 for _ = 1, tonumber(ARGV[7]) do
   local id, outcome = ARGV[i], ARGV[i + 1]
   local payload = redis.call('HGET', KEYS[3], id)
   if payload then
+    local r = cjson.decode(payload)
     if outcome == 'f' then
-      local r = cjson.decode(payload)
       release_slot(r['user_id'], tonumber(r['quantity']))
     end
+    closed = closed + (tonumber(r['quantity']) or 0)
     redis.call('HDEL', KEYS[3], id)
     redis.call('HSET', KEYS[6], '#' .. id, 1)
+    redis.call('ZADD', KEYS[8], tonumber(r['accepted_at']) or 0, id)
   end
   redis.call('ZREM', KEYS[4], id)
   i = i + 2
+end
+if redis.call('HEXISTS', KEYS[1], 'inflight') == 1 then
+  if closed > 0 then redis.call('HINCRBY', KEYS[1], 'inflight', -closed) end
+else
+  local n = 0
+  for _, v in ipairs(redis.call('HVALS', KEYS[3])) do n = n + (tonumber(cjson.decode(v)['quantity']) or 0) end
+  redis.call('HSET', KEYS[1], 'inflight', n)
 end
 while i + 2 <= #ARGV do
   if redis.call('SADD', KEYS[5], ARGV[i]) == 1 then

@@ -8,10 +8,12 @@
 local n = 0
 for _, id in ipairs(ARGV) do
   local score = redis.call('ZSCORE', KEYS[2], id)
-  if score and redis.call('HEXISTS', KEYS[1], id) == 1 then
-    redis.call('ZADD', KEYS[3], score, id)
-    n = n + 1
+  if score then
+    redis.call('ZREM', KEYS[2], id)
+    if redis.call('HEXISTS', KEYS[1], id) == 1 then
+      redis.call('ZADD', KEYS[3], score, id)
+      n = n + 1
+    end
   end
-  redis.call('ZREM', KEYS[2], id)
 end
 return n
