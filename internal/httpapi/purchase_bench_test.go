@@ -53,7 +53,7 @@ func (benchGate) Duplicate(context.Context, string, string, string) (string, boo
 	return "", false, nil
 }
 
-func (benchGate) Lookup(context.Context, string, string) (sale.Reservation, bool, error) {
+func (benchGate) Lookup(context.Context, string, ...string) (sale.Reservation, bool, error) {
 	return sale.Reservation{}, false, nil
 }
 
