@@ -107,10 +107,10 @@ var pageTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 		}
 		return fmt.Sprintf("%.2f", a/b)
 	},
-	"f0":    func(x float64) string { return fmt.Sprintf("%.0f", x) },
+	"f0":     func(x float64) string { return fmt.Sprintf("%.0f", x) },
 	"ratio2": ratioText,
-	"f1": func(x float64) string { return fmt.Sprintf("%.1f", x) },
-	"f2": func(x float64) string { return fmt.Sprintf("%.2f", x) },
+	"f1":     func(x float64) string { return fmt.Sprintf("%.1f", x) },
+	"f2":     func(x float64) string { return fmt.Sprintf("%.2f", x) },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>flashsale bench: {{if .R.Setup.Paths}}purchase and sold-out paths{{else}}{{.R.Setup.Scenario}}{{end}}</title>

@@ -16,21 +16,21 @@ import (
 
 // Setup is how the bench was run, for the reader of a report.
 type Setup struct {
-	Scenario     string   `json:"scenario"`
+	Scenario string `json:"scenario"`
 	// Paths are the paths measured apart (purchase, sold-out); empty when
 	// the run measured Scenario as a whole.
 	Paths         []string `json:"paths,omitempty"`
 	PurchaseStock int64    `json:"purchase_stock,omitempty"` // units of the purchase path's sale
-	Mode         Mode     `json:"mode"`
-	Buyers       int      `json:"buyers"`
-	Rate         float64  `json:"rate,omitempty"`
-	DurationS    float64  `json:"duration_s"`
-	WarmupS      float64  `json:"warmup_s"`
-	RequestLimit int64    `json:"request_limit,omitempty"`
-	Stock        int64    `json:"stock"`
-	SKUs         int      `json:"skus"`
-	PerUserLimit int64    `json:"per_user_limit"`
-	Strategies   []string `json:"strategies"`
+	Mode          Mode     `json:"mode"`
+	Buyers        int      `json:"buyers"`
+	Rate          float64  `json:"rate,omitempty"`
+	DurationS     float64  `json:"duration_s"`
+	WarmupS       float64  `json:"warmup_s"`
+	RequestLimit  int64    `json:"request_limit,omitempty"`
+	Stock         int64    `json:"stock"`
+	SKUs          int      `json:"skus"`
+	PerUserLimit  int64    `json:"per_user_limit"`
+	Strategies    []string `json:"strategies"`
 	// Target is "in-process" (a fresh server per strategy) or the URL of a running one.
 	Target  string            `json:"target"`
 	Server  map[string]string `json:"server,omitempty"`
