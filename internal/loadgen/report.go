@@ -498,13 +498,18 @@ func (r *StrategyResult) MaxBacklog() BacklogPoint {
 	return most
 }
 
-// CPU formats where the machine's processor time went during the run, in cores.
+// CPU formats where the machine's processor time went during the run, in
+// cores; with a server in its own process (-target), its share follows.
 func (r *StrategyResult) CPU() string {
 	if r.Run == nil || r.Run.CPU.Machine == 0 {
 		return "-"
 	}
 	c := r.Run.CPU
-	return fmt.Sprintf("%.2f/%.2f/%.2f/%.2f", c.Self, c.Redis, c.Database, c.Other())
+	out := fmt.Sprintf("%.2f/%.2f/%.2f/%.2f", c.Self, c.Redis, c.Database, c.Other())
+	if c.ServerPID != 0 {
+		out += fmt.Sprintf(" +server %.2f", c.Server)
+	}
+	return out
 }
 
 // find returns the result of strategy on path ("" for a scenario run).
