@@ -149,6 +149,8 @@ type Headline struct {
 	// when they are separate processes: -target).
 	ServerCPUUsPerPurchase    float64 `json:"server_cpu_us_per_purchase,omitempty"`
 	GeneratorCPUUsPerPurchase float64 `json:"generator_cpu_us_per_purchase,omitempty"`
+
+	purchase, soldOut bool // which paths ran
 }
 
 // StrategyResult is one strategy's run: the JSON fields of the report and,
@@ -279,6 +281,7 @@ func (f *Report) SetHeadline() {
 		}
 		switch r.Path.Name {
 		case "purchase":
+			h.purchase = true
 			h.PurchaseRPS, h.PurchaseXEmpty, h.PurchaseP99Ms, h.PurchaseP99XEmpty = r.Path.RPS, r.Path.XEmpty, r.P99Ms, r.Path.P99XEmpty
 			h.BacklogAtEnd, h.DrainToZeroS, h.DrainedToZero = r.Path.BacklogAtEnd, r.Path.DrainToZeroS, r.Path.DrainedToZero
 			if c := r.ProcessCPU; c != nil && !c.SameProcess && r.Path.Answers > 0 {
@@ -286,6 +289,7 @@ func (f *Report) SetHeadline() {
 				h.ServerCPUUsPerPurchase, h.GeneratorCPUUsPerPurchase = c.ServerUsPerReq, c.GeneratorUsPerReq
 			}
 		case "sold-out":
+			h.soldOut = true
 			h.SoldOutRPS, h.SoldOutXEmpty, h.SoldOutP99Ms, h.SoldOutP99XEmpty = r.Path.RPS, r.Path.XEmpty, r.P99Ms, r.Path.P99XEmpty
 		}
 	}
@@ -450,7 +454,7 @@ func (f *Report) writePaths(w io.Writer) {
 // Text is the headline in one line.
 func (h *Headline) Text() string {
 	var parts []string
-	if h.PurchaseRPS > 0 {
+	if h.purchase {
 		parts = append(parts, fmt.Sprintf("purchase %.0f req/s = %sx empty handler, p99 %.1f ms = %sx", h.PurchaseRPS, ratioText(h.PurchaseXEmpty),
 			h.PurchaseP99Ms, ratioText(h.PurchaseP99XEmpty)))
 		drain := fmt.Sprintf("backlog %d at the load's end, zero %.2fs after", h.BacklogAtEnd, h.DrainToZeroS)
@@ -459,7 +463,7 @@ func (h *Headline) Text() string {
 		}
 		parts = append(parts, drain)
 	}
-	if h.SoldOutRPS > 0 {
+	if h.soldOut {
 		parts = append(parts, fmt.Sprintf("sold-out %.0f req/s = %sx, p99 %.1f ms = %sx", h.SoldOutRPS, ratioText(h.SoldOutXEmpty),
 			h.SoldOutP99Ms, ratioText(h.SoldOutP99XEmpty)))
 	}
