@@ -57,6 +57,7 @@ type benchOptions struct {
 	connections   int
 	connHold      time.Duration
 	connEvery     time.Duration
+	emptyServer   string // -empty-server: serve the empty handler only
 }
 
 const benchUsage = `flashsale bench: a load test with correctness checks.
@@ -116,9 +117,13 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		fs.IntVar(&o.connections, "connections", 0, "memory test: hold this many keep-alive connections to -target and report its VmRSS and VmHWM (no load runs)")
 		fs.DurationVar(&o.connHold, "connections-hold", 10*time.Second, "memory test: how long the connections are held once all are open")
 		fs.DurationVar(&o.connEvery, "connections-every", 5*time.Second, "memory test: each connection sends GET /healthz this often")
+		fs.StringVar(&o.emptyServer, "empty-server", "", "serve only the empty handler on `ADDR` until stopped (what the bench starts as its own process with -target)")
 	})
 	if err != nil {
 		return err
+	}
+	if o.emptyServer != "" {
+		return serveEmpty(ctx, o.emptyServer, stdout)
 	}
 	explicit := map[string]bool{}
 	benchFlags.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
@@ -362,10 +367,28 @@ func (b *bench) status(format string, args ...any) {
 
 // emptyBaseline runs the scenario's requests against a handler that does
 // nothing: the most this machine and generator can do.
+//
+// With -target the empty handler runs as a child process, as the target
+// does, so that neither shares the generator's process (and its CPU is
+// counted apart the same way).
 func (b *bench) emptyBaseline(ctx context.Context, rep *loadgen.Report) (*loadgen.Result, error) {
-	base, stop, err := loadgen.StartEmptyServer()
-	if err != nil {
-		return nil, err
+	var (
+		base string
+		pid  int
+		stop func()
+		err  error
+	)
+	if b.o.target != "" {
+		if base, pid, stop, err = spawnEmpty(ctx); err != nil {
+			note := fmt.Sprintf("the empty handler ran in the generator's process, not in its own as the target does (%v)", err)
+			rep.Setup.Notes = append(rep.Setup.Notes, note)
+			b.status("%-16s %s", "empty handler", note)
+		}
+	}
+	if base == "" {
+		if base, stop, err = loadgen.StartEmptyServer(); err != nil {
+			return nil, err
+		}
 	}
 	defer stop()
 	cl, err := loadgen.NewClient(base, "", b.cfg.UserTokenSecret, b.conns())
@@ -382,7 +405,7 @@ func (b *bench) emptyBaseline(ctx context.Context, rep *loadgen.Report) (*loadge
 		return nil, err
 	}
 	cfg := b.genConfig("empty handler")
-	cfg.ServerPID = 0 // it runs in this process
+	cfg.ServerPID = pid // 0: in this process
 	res, err := loadgen.Run(ctx, cfg, sc.Op(cl))
 	if err != nil {
 		return nil, err
@@ -391,6 +414,9 @@ func (b *bench) emptyBaseline(ctx context.Context, rep *loadgen.Report) (*loadge
 	rep.Baselines.EmptyHandlerP50Ms = round3(res.Percentile(50))
 	rep.Baselines.EmptyHandlerP99Ms = round3(res.Percentile(99))
 	b.emptyRPS, b.emptyP99Ms = rep.Baselines.EmptyHandlerRPS, rep.Baselines.EmptyHandlerP99Ms
+	if c := loadgen.NewProcessCPU(res); c != nil && !c.SameProcess {
+		rep.Baselines.EmptyHandlerCPUUsPerReq, rep.Baselines.EmptyGeneratorCPUUsPerReq = c.ServerUsPerReq, c.GeneratorUsPerReq
+	}
 	b.status("%-16s %.0f req/s, p50 %.2f ms, p99 %.2f ms", "empty handler", res.Throughput(), rep.Baselines.EmptyHandlerP50Ms, rep.Baselines.EmptyHandlerP99Ms)
 	return res, nil
 }

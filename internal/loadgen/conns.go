@@ -156,7 +156,7 @@ func HoldConnections(ctx context.Context, cfg HoldConfig) (*HoldResult, error) {
 	for held.Load()+errs.Load()-failed.Load() < opened.Load() && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	res.HoldS = time.Since(start).Seconds()
+	res.HoldS = round(time.Since(start).Seconds(), 3)
 	end, err := ReadMemory(cfg.ServerPID)
 	if err == nil {
 		peak = max(peak, end.RSS)

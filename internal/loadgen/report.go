@@ -60,6 +60,10 @@ type Baselines struct {
 	// The empty handler's latency, what the paths' p99 is compared with.
 	EmptyHandlerP50Ms float64 `json:"empty_handler_p50_ms,omitempty"`
 	EmptyHandlerP99Ms float64 `json:"empty_handler_p99_ms,omitempty"`
+	// CPU per request of the empty handler's process and of the
+	// generator's, when the handler ran in its own process (-target).
+	EmptyHandlerCPUUsPerReq   float64 `json:"empty_handler_cpu_us_per_req,omitempty"`
+	EmptyGeneratorCPUUsPerReq float64 `json:"empty_generator_cpu_us_per_req,omitempty"`
 }
 
 // PathFigures is what a run of one path of the purchase measured: the
@@ -347,6 +351,9 @@ func (f *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "baselines: empty handler %.0f req/s", b.EmptyHandlerRPS)
 	if b.EmptyHandlerP99Ms > 0 {
 		fmt.Fprintf(w, " (p50 %.2f ms, p99 %.2f ms)", b.EmptyHandlerP50Ms, b.EmptyHandlerP99Ms)
+	}
+	if b.EmptyHandlerCPUUsPerReq > 0 {
+		fmt.Fprintf(w, " (in its own process: %.0f µs CPU per request, generator %.0f µs)", b.EmptyHandlerCPUUsPerReq, b.EmptyGeneratorCPUUsPerReq)
 	}
 	fmt.Fprintf(w, ", redis gate alone %.0f reserves/s\n\n", b.RedisGateRPS)
 	if len(f.Results) > 0 {
