@@ -28,7 +28,9 @@ const emptyReply = `{"order_id":"00000000-0000-7000-8000-000000000000","status":
 // limit of this machine under the same generator (HTTP, the server's
 // connection handling, the client) with none of flashsale's work. It
 // returns the base URL and a stop function.
-func StartEmptyServer() (base string, stop func(), err error) { return StartEmptyServerAt("127.0.0.1:0") }
+func StartEmptyServer() (base string, stop func(), err error) {
+	return StartEmptyServerAt("127.0.0.1:0")
+}
 
 // StartEmptyServerAt is StartEmptyServer on addr (host:port).
 func StartEmptyServerAt(addr string) (base string, stop func(), err error) {
