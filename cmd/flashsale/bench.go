@@ -105,7 +105,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		fs.StringVar(&o.jsonOut, "json", "", "write the report as JSON to `FILE`")
 		fs.StringVar(&o.htmlOut, "html", "", "write the report as an HTML page with charts to `FILE`")
 		fs.BoolVar(&o.baselines, "baselines", true, "measure the empty-handler and Redis-gate baselines first")
-		fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each strategy's run to `PREFIX`-<strategy>.pprof (go tool pprof)")
+		fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each run to `PREFIX`-<strategy>.pprof, -<strategy>-<path>.pprof with -paths (go tool pprof)")
 		fs.BoolVar(&o.keep, "keep", false, "keep the runs' databases and Redis keys (in-process mode)")
 		fs.DurationVar(&o.drainTimeout, "drain-timeout", time.Minute, "how long to wait for the queue to drain after a run")
 		fs.Int64Var(&o.i7Units, "i7-units", 200, "I7: at most this many remaining units are bought back by fresh buyers (the surplus is taken off the sale through the admin API first)")

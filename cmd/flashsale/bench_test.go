@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -352,5 +355,38 @@ func TestBenchRedactsSecrets(t *testing.T) {
 	if got, want := commandLine([]string{"-machine-note", "2 cores, it's shared", "-buyers", "10"}),
 		`flashsale bench -machine-note '2 cores, it'\''s shared' -buyers 10`; got != want {
 		t.Errorf("commandLine = %s, want %s", got, want)
+	}
+}
+
+// TestBenchEmptyServer: `bench -empty-server` serves the empty handler
+// until its context ends (the process the bench starts with -target).
+func TestBenchEmptyServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"bench", "-empty-server", "127.0.0.1:0"}, func(string) string { return "" }, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, ok := strings.CutPrefix(strings.TrimSpace(line), emptyServerBanner)
+	if !ok {
+		t.Fatalf("first line %q", line)
+	}
+	go io.Copy(io.Discard, pr)
+	resp, err := http.Post(base+"/api/v1/orders", "application/json", strings.NewReader(`{"sku_id":"x","quantity":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("empty handler answered %d, want 202", resp.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("bench -empty-server: %v", err)
 	}
 }
