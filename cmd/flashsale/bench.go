@@ -544,6 +544,9 @@ func (b *bench) measure(ctx context.Context, name string, cl *loadgen.Client, ch
 	if err := sc.Setup(ctx, cl); err != nil {
 		return nil, "", fmt.Errorf("setting the sale up: %w", err)
 	}
+	if err := chk.CheckStores(ctx, rc, sc.SKUs()); err != nil {
+		return nil, "", err
+	}
 	stopProfile, err := b.profile(name)
 	if err != nil {
 		return nil, "", err

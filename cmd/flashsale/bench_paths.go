@@ -52,6 +52,9 @@ func (b *bench) measurePaths(ctx context.Context, name string, cl *loadgen.Clien
 		if err := sc.Setup(ctx, cl); err != nil {
 			return nil, "", fmt.Errorf("%s: setting the sale up: %w", path, err)
 		}
+		if err := chk.CheckStores(ctx, rc, sc.SKUs()); err != nil {
+			return nil, "", err
+		}
 		// The run starts on an idle server: the sell-out's orders and the
 		// previous path's are in the database, the consumer has no work.
 		maps.Copy(all, sc.Accepted())

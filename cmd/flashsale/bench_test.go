@@ -390,3 +390,25 @@ func TestBenchEmptyServer(t *testing.T) {
 		t.Errorf("bench -empty-server: %v", err)
 	}
 }
+
+// TestBenchTargetWrongStores: against a running flashsale, stores that are
+// not its own are refused before any load (every check would fail).
+func TestBenchTargetWrongStores(t *testing.T) {
+	h := newHarness(t, testConfig(t, "embedded"))
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"redis prefix", []string{"-database-url", h.cfg.DatabaseURL, "-redis-prefix", h.cfg.RedisPrefix + "-other"}, "Redis"},
+		{"database", []string{"-database-url", testenv.Database(t), "-redis-prefix", h.cfg.RedisPrefix}, "database"},
+	} {
+		args := append([]string{"bench", "-quiet", "-target", h.srvURL, "-baselines=false", "-admin-token", testAdmin,
+			"-user-token-secret", testSecret, "-redis-url", h.cfg.RedisURL, "-buyers", "2", "-duration", "100ms", "-warmup", "0s",
+			"-paths", "purchase"}, c.args...)
+		err := run(context.Background(), args, func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "the sale") {
+			t.Errorf("%s not the target's: err = %v, want one naming the %s", c.name, err, c.want)
+		}
+	}
+}
