@@ -141,8 +141,9 @@ Open files limit: server {{.ServerLimit}}, client {{.FileLimit}}.{{with .Note}} 
 <h2>Setup</h2>
 <table class="setup">
 <tr><td>command</td><td><code>{{.R.Setup.Command}}</code></td></tr>
-<tr><td>load</td><td>{{.R.Setup.Mode}} loop{{if eq .R.Setup.Mode "open"}} at {{f0 .R.Setup.Rate}} req/s{{else}}, {{.R.Setup.Buyers}} concurrent buyers{{end}}, {{.R.Setup.DurationS}} s measured per strategy after {{.R.Setup.WarmupS}} s of warm-up{{if .R.Setup.RequestLimit}}, at most {{.R.Setup.RequestLimit}} requests{{end}}</td></tr>
-<tr><td>sale</td><td>{{.R.Setup.Stock}} units over {{.R.Setup.SKUs}} SKU(s), {{.R.Setup.PerUserLimit}} per user</td></tr>
+<tr><td>load</td><td>{{.R.Setup.Mode}} loop{{if eq .R.Setup.Mode "open"}} at {{f0 .R.Setup.Rate}} req/s{{else}}, {{.R.Setup.Buyers}} concurrent buyers{{end}}, {{.R.Setup.DurationS}} s measured per {{if .R.Setup.Paths}}path and {{end}}strategy after {{.R.Setup.WarmupS}} s of warm-up{{if .R.Setup.RequestLimit}}, at most {{.R.Setup.RequestLimit}} requests{{end}}</td></tr>
+{{if .R.Setup.Paths}}<tr><td>sales</td><td>purchase path: {{.R.Setup.PurchaseStock}} units, every request a new buyer; sold-out path: {{.R.Setup.Stock}} units sold out before the run; {{.R.Setup.PerUserLimit}} per user</td></tr>
+{{else}}<tr><td>sale</td><td>{{.R.Setup.Stock}} units over {{.R.Setup.SKUs}} SKU(s), {{.R.Setup.PerUserLimit}} per user</td></tr>{{end}}
 <tr><td>target</td><td>{{.R.Setup.Target}}</td></tr>
 <tr><td>machine</td><td>{{.R.Setup.Machine.CPUs}} CPUs{{with .R.Setup.Machine.CPUModel}} ({{.}}){{end}}, {{.R.Setup.Machine.OS}}/{{.R.Setup.Machine.Arch}}, {{.R.Setup.Machine.Go}}{{with .R.Setup.Machine.Note}}; {{.}}{{end}}</td></tr>
 {{range $k, $v := .R.Setup.Server}}<tr><td>{{$k}}</td><td>{{$v}}</td></tr>
