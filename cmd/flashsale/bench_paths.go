@@ -97,7 +97,7 @@ func (b *bench) measurePaths(ctx context.Context, name string, cl *loadgen.Clien
 		res.Backlog = backlog
 		res.SetPath(path, sc.PathCode(), b.emptyRPS, b.emptyP99Ms)
 		if chk.Gate != nil {
-			res.SetDrain(drain)
+			res.SetDrain(drain, b.o.warmup, b.o.duration)
 		}
 		if res.Path.Other > 0 {
 			notes = append(notes, fmt.Sprintf("%s %s: %d answers were not %s (%s): not counted in its figure", name, path, res.Path.Other,

@@ -80,3 +80,24 @@ func WaitBacklogZero(ctx context.Context, c rueidis.Client, gate *stockgate.Gate
 		}
 	}
 }
+
+// BacklogSlope returns the least-squares growth of the backlog, in
+// reservations per second, over the samples taken between from and to
+// (since the sampling started): about 0 when the consumer keeps up with
+// the gate, positive when it falls behind. 0 with fewer than 2 samples.
+func BacklogSlope(points []BacklogPoint, from, to time.Duration) float64 {
+	var n, sx, sy, sxx, sxy float64
+	for _, p := range points {
+		if p.At < from || p.At > to {
+			continue
+		}
+		x, y := p.At.Seconds(), float64(p.InFlight)
+		n++
+		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+	}
+	d := n*sxx - sx*sx
+	if n < 2 || d == 0 {
+		return 0
+	}
+	return (n*sxy - sx*sy) / d
+}

@@ -130,7 +130,7 @@ th:first-child,td:first-child{text-align:left}.bad{color:#b00;font-weight:600}.o
 <tr><th>figure</th><th>value</th><th>as a ratio of the empty handler in this run</th></tr>
 <tr><td>empty handler</td><td>{{f0 .EmptyHandlerRPS}} req/s, p99 {{f2 .EmptyHandlerP99Ms}} ms</td><td>1</td></tr>
 {{if .PurchaseRPS}}<tr><td>purchase path (accepted answers only)</td><td>{{f0 .PurchaseRPS}} req/s, p99 {{f2 .PurchaseP99Ms}} ms</td><td><b>{{ratio2 .PurchaseXEmpty}}x</b> throughput, <b>{{ratio2 .PurchaseP99XEmpty}}x</b> p99</td></tr>
-<tr><td>apply backlog at the load's end</td><td>{{.BacklogAtEnd}} reservations, {{if .DrainedToZero}}zero {{f2 .DrainToZeroS}} s after{{else}}<span class="bad">not drained to zero</span>{{end}}</td><td></td></tr>{{end}}
+<tr><td>apply backlog at the load's end</td><td>{{.BacklogAtEnd}} reservations (growing {{f0 .BacklogGrowthPerS}}/s while measured), {{if .DrainedToZero}}zero {{f2 .DrainToZeroS}} s after{{else}}<span class="bad">not drained to zero</span>{{end}}</td><td></td></tr>{{end}}
 {{if .SoldOutRPS}}<tr><td>sold-out path (sold_out answers only)</td><td>{{f0 .SoldOutRPS}} req/s, p99 {{f2 .SoldOutP99Ms}} ms</td><td><b>{{ratio2 .SoldOutXEmpty}}x</b> throughput, <b>{{ratio2 .SoldOutP99XEmpty}}x</b> p99</td></tr>{{end}}
 {{if .ServerCPUUsPerPurchase}}<tr><td>CPU per purchase</td><td>server process {{f0 .ServerCPUUsPerPurchase}} µs, generator process {{f0 .GeneratorCPUUsPerPurchase}} µs</td><td></td></tr>{{end}}
 </table>{{end}}
@@ -167,10 +167,10 @@ directly after the queue drained: I1-I6 per SKU, then I7 (fresh buyers buy exact
 CPU: cores busy on average while measuring, from /proc: this process (generator and in-process server), redis-server, the database server (postgres, mariadbd or mysqld), the rest of the machine.</p>
 {{if .R.Setup.Paths}}<h2>Paths</h2>
 <div class="wide"><table class="results">
-<tr><th>strategy</th><th>path</th><th>counted</th><th>answers</th><th>other answers</th><th>req/s</th><th>x empty</th><th>p50 ms</th><th>p99 ms</th><th>p99 x empty</th><th>backlog at end</th><th>outbox at end</th><th>backlog max</th><th>to zero s</th><th>server CPU µs/req</th><th>generator CPU µs/req</th></tr>
+<tr><th>strategy</th><th>path</th><th>counted</th><th>answers</th><th>other answers</th><th>req/s</th><th>x empty</th><th>p50 ms</th><th>p99 ms</th><th>p99 x empty</th><th>backlog at end</th><th>outbox at end</th><th>backlog max</th><th>growth /s</th><th>to zero s</th><th>server CPU µs/req</th><th>generator CPU µs/req</th></tr>
 {{range .R.Results}}{{if .Path}}<tr><td>{{.Strategy}}</td><td>{{.Path.Name}}</td><td>{{.Path.Code}}</td><td>{{.Path.Answers}}</td><td{{if .Path.Other}} class="bad"{{end}}>{{.Path.Other}}</td><td>{{f0 .Path.RPS}}</td><td>{{ratio2 .Path.XEmpty}}</td>
 <td>{{f2 .P50Ms}}</td><td>{{f2 .P99Ms}}</td><td>{{ratio2 .Path.P99XEmpty}}</td>
-{{if .Path.BacklogMeasured}}<td>{{.Path.BacklogAtEnd}}</td><td>{{.Path.OutboxAtEnd}}</td><td>{{.Path.BacklogMax}}</td><td>{{if .Path.DrainedToZero}}{{.Path.DrainToZeroS}}{{else}}<span class="bad">not drained</span>{{end}}</td>{{else}}<td>-</td><td>-</td><td>-</td><td>-</td>{{end}}
+{{if .Path.BacklogMeasured}}<td>{{.Path.BacklogAtEnd}}</td><td>{{.Path.OutboxAtEnd}}</td><td>{{.Path.BacklogMax}}</td><td>{{f0 .Path.BacklogGrowthPerS}}</td><td>{{if .Path.DrainedToZero}}{{.Path.DrainToZeroS}}{{else}}<span class="bad">not drained</span>{{end}}</td>{{else}}<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>{{end}}
 {{with .ProcessCPU}}<td>{{f0 .ServerUsPerReq}}{{if .SameProcess}} (with the generator){{end}}</td><td>{{if .SameProcess}}-{{else}}{{f0 .GeneratorUsPerReq}}{{end}}</td>{{else}}<td>-</td><td>-</td>{{end}}</tr>
 {{end}}{{end}}</table></div>
 <p class="small">purchase: a sale with stock for every request, each request a new buyer's first click, so every answer should be accepted;

@@ -95,7 +95,8 @@ func pathReport() *Report {
 	rep.Baselines.EmptyHandlerP50Ms, rep.Baselines.EmptyHandlerP99Ms = 1, 20
 	pur := NewStrategyResult("pipeline", fakeRun(time.Millisecond, 2*time.Millisecond, 40*time.Millisecond), &Verdict{Drained: true}, 3)
 	pur.SetPath(Purchase, "accepted", 1000, 20)
-	pur.SetDrain(DrainFigures{AtEnd: Backlog{InFlight: 1234, Outbox: 5}, ToZero: 750 * time.Millisecond, Drained: true})
+	pur.Backlog = []BacklogPoint{{At: 100 * time.Millisecond, InFlight: 10}, {At: 600 * time.Millisecond, InFlight: 60}, {At: 1100 * time.Millisecond, InFlight: 110}}
+	pur.SetDrain(DrainFigures{AtEnd: Backlog{InFlight: 1234, Outbox: 5}, ToZero: 750 * time.Millisecond, Drained: true}, 0, time.Second)
 	pur.ProcessCPU = &ProcessCPU{ServerPID: 42, ServerS: 1.5, GeneratorS: 0.5, ServerUsPerReq: 300, GeneratorUsPerReq: 100}
 	soRun := fakeRun(time.Millisecond)
 	soRun.Codes, soRun.WindowCodes = map[string]int64{"sold_out": 1}, map[string]int64{"sold_out": 1}
@@ -112,7 +113,7 @@ func TestLoadgenReportPaths(t *testing.T) {
 	rep := pathReport()
 	h := rep.Headline
 	if h == nil || h.Strategy != "pipeline" || h.PurchaseRPS != 3 || h.PurchaseXEmpty != 0.003 || h.SoldOutRPS != 1 ||
-		h.BacklogAtEnd != 1234 || h.DrainToZeroS != 0.75 || !h.DrainedToZero || h.ServerCPUUsPerPurchase != 300 || h.PurchaseP99XEmpty < 1.99 || h.PurchaseP99XEmpty > 2.01 {
+		h.BacklogAtEnd != 1234 || h.BacklogGrowthPerS != 100 || h.DrainToZeroS != 0.75 || !h.DrainedToZero || h.ServerCPUUsPerPurchase != 300 || h.PurchaseP99XEmpty < 1.99 || h.PurchaseP99XEmpty > 2.01 {
 		t.Fatalf("headline %+v", h)
 	}
 	path := filepath.Join(t.TempDir(), "r.json")
@@ -131,7 +132,7 @@ func TestLoadgenReportPaths(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"purchase_x_empty", "sold_out_x_empty", "purchase_p99_x_empty", "backlog_at_end", "drain_to_zero_s", "server_cpu_us_per_purchase"} {
+	for _, k := range []string{"purchase_x_empty", "sold_out_x_empty", "purchase_p99_x_empty", "backlog_at_end", "backlog_growth_per_s", "drain_to_zero_s", "server_cpu_us_per_purchase"} {
 		if _, ok := got.Headline[k]; !ok {
 			t.Errorf("JSON headline lacks %s: %v", k, got.Headline)
 		}
@@ -145,7 +146,7 @@ func TestLoadgenReportPaths(t *testing.T) {
 	}
 	var tbl bytes.Buffer
 	rep.WriteTable(&tbl)
-	for _, want := range []string{"HEADLINE pipeline: purchase 3 req/s = 0.00x empty handler, p99", "backlog 1234 at the load's end, zero 0.75s after",
+	for _, want := range []string{"HEADLINE pipeline: purchase 3 req/s = 0.00x empty handler, p99", "backlog 1234 at the load's end (growing 100/s while measured), zero 0.75s after",
 		"sold-out 1 req/s", "pipeline purchase", "pipeline sold-out", "CPU per purchase: server 300 µs, generator 100 µs", "p99 20.00 ms"} {
 		if !strings.Contains(tbl.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, tbl.String())
@@ -156,7 +157,7 @@ func TestLoadgenReportPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"Headline: pipeline", "purchase path (accepted answers only)", "sold-out path (sold_out answers only)",
-		"1234 reservations, zero 0.75 s after", "<h2>Paths</h2>", "server process 300 µs"} {
+		"1234 reservations (growing 100/s while measured), zero 0.75 s after", "<h2>Paths</h2>", "server process 300 µs"} {
 		if !strings.Contains(page.String(), want) {
 			t.Errorf("page lacks %q", want)
 		}
@@ -167,11 +168,11 @@ func TestLoadgenReportPaths(t *testing.T) {
 // in the headline too.
 func TestLoadgenNotDrained(t *testing.T) {
 	rep := pathReport()
-	rep.Results[0].SetDrain(DrainFigures{AtEnd: Backlog{InFlight: 9}, ToZero: time.Minute})
+	rep.Results[0].SetDrain(DrainFigures{AtEnd: Backlog{InFlight: 9}, ToZero: time.Minute}, 0, time.Second)
 	rep.SetHeadline()
 	var tbl bytes.Buffer
 	rep.WriteTable(&tbl)
-	if !strings.Contains(tbl.String(), "NOT DRAINED") || !strings.Contains(tbl.String(), "backlog 9 at the load's end, NOT drained to zero") {
+	if !strings.Contains(tbl.String(), "NOT DRAINED") || !strings.Contains(tbl.String(), "backlog 9 at the load's end (growing 100/s while measured), NOT drained to zero") {
 		t.Errorf("table:\n%s", tbl.String())
 	}
 }
@@ -277,5 +278,31 @@ func TestLoadgenHoldConnections(t *testing.T) {
 	}
 	if res.RSSMB <= 0 || res.HWMMB < res.RSSBeforeMB || res.ServerPID != os.Getpid() || res.FileLimit <= 0 {
 		t.Errorf("memory %+v", res)
+	}
+}
+
+func TestLoadgenBacklogSlope(t *testing.T) {
+	pts := func(vals ...int64) []BacklogPoint {
+		var out []BacklogPoint
+		for i, v := range vals {
+			out = append(out, BacklogPoint{At: time.Duration(i) * 100 * time.Millisecond, InFlight: v})
+		}
+		return out
+	}
+	cases := []struct {
+		name     string
+		points   []BacklogPoint
+		from, to time.Duration
+		want     float64
+	}{
+		{"bounded", pts(50, 50, 50, 50), 0, time.Second, 0},
+		{"growing 1000/s", pts(0, 100, 200, 300), 0, time.Second, 1000},
+		{"warm-up excluded", pts(900, 0, 0, 0), 100 * time.Millisecond, time.Second, 0},
+		{"one sample", pts(5), 0, time.Second, 0},
+	}
+	for _, c := range cases {
+		if got := BacklogSlope(c.points, c.from, c.to); got < c.want-1e-6 || got > c.want+1e-6 {
+			t.Errorf("%s: slope %v, want %v", c.name, got, c.want)
+		}
 	}
 }

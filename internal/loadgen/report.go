@@ -87,12 +87,16 @@ type PathFigures struct {
 	// the most during the run, and the time from the last answer until it
 	// was zero. BacklogMeasured is false for the database strategies: they
 	// commit before answering, there is no backlog.
-	BacklogMeasured bool    `json:"backlog_measured"`
-	BacklogAtEnd    int64   `json:"backlog_at_end"`
-	OutboxAtEnd     int64   `json:"outbox_at_end"`
-	BacklogMax      int64   `json:"backlog_max"`
-	DrainToZeroS    float64 `json:"drain_to_zero_s"`
-	DrainedToZero   bool    `json:"drained_to_zero"`
+	BacklogMeasured bool  `json:"backlog_measured"`
+	BacklogAtEnd    int64 `json:"backlog_at_end"`
+	OutboxAtEnd     int64 `json:"outbox_at_end"`
+	BacklogMax      int64 `json:"backlog_max"`
+	// BacklogGrowthPerS is how fast the backlog grew over the measured
+	// window (least squares over the samples): ~0 when the consumer keeps
+	// up, positive when it falls behind.
+	BacklogGrowthPerS float64 `json:"backlog_growth_per_s"`
+	DrainToZeroS      float64 `json:"drain_to_zero_s"`
+	DrainedToZero     bool    `json:"drained_to_zero"`
 }
 
 // ProcessCPU is the processor time of the server and of the load
@@ -146,9 +150,10 @@ type Headline struct {
 	SoldOutP99XEmpty  float64 `json:"sold_out_p99_x_empty,omitempty"`
 	// The purchase path's backlog at the load's end and the time it took
 	// to reach zero after it.
-	BacklogAtEnd  int64   `json:"backlog_at_end"`
-	DrainToZeroS  float64 `json:"drain_to_zero_s"`
-	DrainedToZero bool    `json:"drained_to_zero"`
+	BacklogAtEnd      int64   `json:"backlog_at_end"`
+	BacklogGrowthPerS float64 `json:"backlog_growth_per_s"`
+	DrainToZeroS      float64 `json:"drain_to_zero_s"`
+	DrainedToZero     bool    `json:"drained_to_zero"`
 	// CPU per purchase of the server's process and the generator's (only
 	// when they are separate processes: -target).
 	ServerCPUUsPerPurchase    float64 `json:"server_cpu_us_per_purchase,omitempty"`
@@ -234,11 +239,13 @@ func (r *StrategyResult) SetPath(path, code string, emptyRPS, emptyP99Ms float64
 }
 
 // SetDrain records the backlog of the run: d from the load's end, the
-// samples taken during it.
-func (r *StrategyResult) SetDrain(d DrainFigures) {
+// samples taken during it (r.Backlog), the measured window from warmup to
+// warmup+duration of the sampling's clock.
+func (r *StrategyResult) SetDrain(d DrainFigures, warmup, duration time.Duration) {
 	if r.Path == nil {
 		return
 	}
+	r.Path.BacklogGrowthPerS = round(BacklogSlope(r.Backlog, warmup, warmup+duration), 1)
 	r.Path.BacklogMeasured = true
 	r.Path.BacklogAtEnd, r.Path.OutboxAtEnd = d.AtEnd.InFlight, d.AtEnd.Outbox
 	r.Path.BacklogMax = max(r.MaxBacklog().InFlight, d.AtEnd.InFlight)
@@ -288,6 +295,7 @@ func (f *Report) SetHeadline() {
 			h.purchase = true
 			h.PurchaseRPS, h.PurchaseXEmpty, h.PurchaseP99Ms, h.PurchaseP99XEmpty = r.Path.RPS, r.Path.XEmpty, r.P99Ms, r.Path.P99XEmpty
 			h.BacklogAtEnd, h.DrainToZeroS, h.DrainedToZero = r.Path.BacklogAtEnd, r.Path.DrainToZeroS, r.Path.DrainedToZero
+			h.BacklogGrowthPerS = r.Path.BacklogGrowthPerS
 			if c := r.ProcessCPU; c != nil && !c.SameProcess && r.Path.Answers > 0 {
 				// Per answer of the purchase path: a purchase each when other_answers is 0.
 				h.ServerCPUUsPerPurchase, h.GeneratorCPUUsPerPurchase = c.ServerUsPerReq, c.GeneratorUsPerReq
@@ -425,18 +433,18 @@ func (f *Report) writeResults(w io.Writer) {
 func (f *Report) writePaths(w io.Writer) {
 	fmt.Fprintln(w, "\npaths: req/s counts only the path's answer (accepted, sold_out) in the measured window; x empty: over the empty handler's req/s and p99")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tpath\tcounted\tanswers\tother answers\treq/s\tx empty\tp50 ms\tp99 ms\tp99 x empty\tbacklog at end\toutbox at end\tbacklog max\tto zero s\tserver cpu µs/req\tgenerator cpu µs/req\t")
+	fmt.Fprintln(tw, "strategy\tpath\tcounted\tanswers\tother answers\treq/s\tx empty\tp50 ms\tp99 ms\tp99 x empty\tbacklog at end\toutbox at end\tbacklog max\tgrowth/s\tto zero s\tserver cpu µs/req\tgenerator cpu µs/req\t")
 	for _, r := range f.Results {
 		p := r.Path
 		if p == nil {
 			continue
 		}
-		backlog := [4]string{"-", "-", "-", "-"}
+		backlog := [5]string{"-", "-", "-", "-", "-"}
 		if p.BacklogMeasured {
-			backlog = [4]string{strconv.FormatInt(p.BacklogAtEnd, 10), strconv.FormatInt(p.OutboxAtEnd, 10), strconv.FormatInt(p.BacklogMax, 10),
-				fmt.Sprintf("%.3f", p.DrainToZeroS)}
+			backlog = [5]string{strconv.FormatInt(p.BacklogAtEnd, 10), strconv.FormatInt(p.OutboxAtEnd, 10), strconv.FormatInt(p.BacklogMax, 10),
+				fmt.Sprintf("%.0f", p.BacklogGrowthPerS), fmt.Sprintf("%.3f", p.DrainToZeroS)}
 			if !p.DrainedToZero {
-				backlog[3] = "NOT DRAINED"
+				backlog[4] = "NOT DRAINED"
 			}
 		}
 		srv, gen := "-", "-"
@@ -448,9 +456,9 @@ func (f *Report) writePaths(w io.Writer) {
 				gen = fmt.Sprintf("%.0f", c.GeneratorUsPerReq)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			r.Strategy, p.Name, p.Code, p.Answers, p.Other, p.RPS, ratioText(p.XEmpty), r.P50Ms, r.P99Ms, ratioText(p.P99XEmpty),
-			backlog[0], backlog[1], backlog[2], backlog[3], srv, gen)
+			backlog[0], backlog[1], backlog[2], backlog[3], backlog[4], srv, gen)
 	}
 	tw.Flush()
 	if h := f.Headline; h != nil {
@@ -464,9 +472,9 @@ func (h *Headline) Text() string {
 	if h.purchase {
 		parts = append(parts, fmt.Sprintf("purchase %.0f req/s = %sx empty handler, p99 %.1f ms = %sx", h.PurchaseRPS, ratioText(h.PurchaseXEmpty),
 			h.PurchaseP99Ms, ratioText(h.PurchaseP99XEmpty)))
-		drain := fmt.Sprintf("backlog %d at the load's end, zero %.2fs after", h.BacklogAtEnd, h.DrainToZeroS)
+		drain := fmt.Sprintf("backlog %d at the load's end (growing %.0f/s while measured), zero %.2fs after", h.BacklogAtEnd, h.BacklogGrowthPerS, h.DrainToZeroS)
 		if !h.DrainedToZero {
-			drain = fmt.Sprintf("backlog %d at the load's end, NOT drained to zero", h.BacklogAtEnd)
+			drain = fmt.Sprintf("backlog %d at the load's end (growing %.0f/s while measured), NOT drained to zero", h.BacklogAtEnd, h.BacklogGrowthPerS)
 		}
 		parts = append(parts, drain)
 	}
