@@ -58,6 +58,7 @@ type benchOptions struct {
 	connHold      time.Duration
 	connEvery     time.Duration
 	emptyServer   string // -empty-server: serve the empty handler only
+	emptyEach     bool
 }
 
 const benchUsage = `flashsale bench: a load test with correctness checks.
@@ -117,6 +118,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		fs.IntVar(&o.connections, "connections", 0, "memory test: hold this many keep-alive connections to -target and report its VmRSS and VmHWM (no load runs)")
 		fs.DurationVar(&o.connHold, "connections-hold", 10*time.Second, "memory test: how long the connections are held once all are open")
 		fs.DurationVar(&o.connEvery, "connections-every", 5*time.Second, "memory test: each connection sends GET /healthz this often")
+		fs.BoolVar(&o.emptyEach, "empty-each", false, "measure the empty handler again right before each path's run and compare the path with that one (on a machine whose load changes during the bench)")
 		fs.StringVar(&o.emptyServer, "empty-server", "", "serve only the empty handler on `ADDR` until stopped (what the bench starts as its own process with -target)")
 	})
 	if err != nil {
@@ -372,43 +374,12 @@ func (b *bench) status(format string, args ...any) {
 // does, so that neither shares the generator's process (and its CPU is
 // counted apart the same way).
 func (b *bench) emptyBaseline(ctx context.Context, rep *loadgen.Report) (*loadgen.Result, error) {
-	var (
-		base string
-		pid  int
-		stop func()
-		err  error
-	)
-	if b.o.target != "" {
-		if base, pid, stop, err = spawnEmpty(ctx); err != nil {
-			note := fmt.Sprintf("the empty handler ran in the generator's process, not in its own as the target does (%v)", err)
-			rep.Setup.Notes = append(rep.Setup.Notes, note)
-			b.status("%-16s %s", "empty handler", note)
-		}
-	}
-	if base == "" {
-		if base, stop, err = loadgen.StartEmptyServer(); err != nil {
-			return nil, err
-		}
-	}
-	defer stop()
-	cl, err := loadgen.NewClient(base, "", b.cfg.UserTokenSecret, b.conns())
+	res, note, err := b.runEmpty(ctx, "empty handler")
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
-	name := b.o.scenario
-	if len(b.paths) > 0 {
-		name = loadgen.Purchase // the same requests as the purchase path's
-	}
-	sc, err := loadgen.NewScenario(loadgen.ScenarioConfig{Name: name, Stock: b.o.stock, SKUs: b.o.skus, PerUserLimit: b.o.limit, RunID: randomHex(4)})
-	if err != nil {
-		return nil, err
-	}
-	cfg := b.genConfig("empty handler")
-	cfg.ServerPID = pid // 0: in this process
-	res, err := loadgen.Run(ctx, cfg, sc.Op(cl))
-	if err != nil {
-		return nil, err
+	if note != "" {
+		rep.Setup.Notes = append(rep.Setup.Notes, note)
 	}
 	rep.Baselines.EmptyHandlerRPS = round1(res.Throughput())
 	rep.Baselines.EmptyHandlerP50Ms = round3(res.Percentile(50))
@@ -417,8 +388,51 @@ func (b *bench) emptyBaseline(ctx context.Context, rep *loadgen.Report) (*loadge
 	if c := loadgen.NewProcessCPU(res); c != nil && !c.SameProcess {
 		rep.Baselines.EmptyHandlerCPUUsPerReq, rep.Baselines.EmptyGeneratorCPUUsPerReq = c.ServerUsPerReq, c.GeneratorUsPerReq
 	}
-	b.status("%-16s %.0f req/s, p50 %.2f ms, p99 %.2f ms", "empty handler", res.Throughput(), rep.Baselines.EmptyHandlerP50Ms, rep.Baselines.EmptyHandlerP99Ms)
 	return res, nil
+}
+
+// runEmpty runs the load against a fresh empty handler: in its own
+// process with -target (note says why not, if it could not be), else in
+// this one.
+func (b *bench) runEmpty(ctx context.Context, label string) (_ *loadgen.Result, note string, err error) {
+	var (
+		base string
+		pid  int
+		stop func()
+	)
+	if b.o.target != "" {
+		if base, pid, stop, err = spawnEmpty(ctx); err != nil {
+			note = fmt.Sprintf("the empty handler ran in the generator's process, not in its own as the target does (%v)", err)
+			b.status("%-16s %s", label, note)
+		}
+	}
+	if base == "" {
+		if base, stop, err = loadgen.StartEmptyServer(); err != nil {
+			return nil, "", err
+		}
+	}
+	defer stop()
+	cl, err := loadgen.NewClient(base, "", b.cfg.UserTokenSecret, b.conns())
+	if err != nil {
+		return nil, "", err
+	}
+	defer cl.Close()
+	name := b.o.scenario
+	if len(b.paths) > 0 {
+		name = loadgen.Purchase // the same requests as the purchase path's
+	}
+	sc, err := loadgen.NewScenario(loadgen.ScenarioConfig{Name: name, Stock: b.o.stock, SKUs: b.o.skus, PerUserLimit: b.o.limit, RunID: randomHex(4)})
+	if err != nil {
+		return nil, "", err
+	}
+	cfg := b.genConfig(label)
+	cfg.ServerPID = pid // 0: in this process
+	res, err := loadgen.Run(ctx, cfg, sc.Op(cl))
+	if err != nil {
+		return nil, "", err
+	}
+	b.status("%-16s %.0f req/s, p50 %.2f ms, p99 %.2f ms", label, res.Throughput(), round3(res.Percentile(50)), round3(res.Percentile(99)))
+	return res, note, nil
 }
 
 // gateBaseline measures the reserve script alone through rueidis.

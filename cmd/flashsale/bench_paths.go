@@ -62,6 +62,14 @@ func (b *bench) measurePaths(ctx context.Context, name string, cl *loadgen.Clien
 			return nil, "", fmt.Errorf("%s: the server did not become idle before the run (drained %v, %v)", path, ok, err)
 		}
 		label := name + " " + path
+		emptyRPS, emptyP99 := b.emptyRPS, b.emptyP99Ms
+		if b.o.emptyEach && b.o.baselines {
+			e, _, err := b.runEmpty(ctx, "empty, "+path)
+			if err != nil {
+				return nil, "", fmt.Errorf("%s: empty handler: %w", path, err)
+			}
+			emptyRPS, emptyP99 = round1(e.Throughput()), round3(e.Percentile(99))
+		}
 		stopProfile, err := b.profile(name + "-" + path)
 		if err != nil {
 			return nil, "", err
@@ -95,7 +103,7 @@ func (b *bench) measurePaths(ctx context.Context, name string, cl *loadgen.Clien
 		}
 		res := loadgen.NewStrategyResult(name, run, v, accepted)
 		res.Backlog = backlog
-		res.SetPath(path, sc.PathCode(), b.emptyRPS, b.emptyP99Ms)
+		res.SetPath(path, sc.PathCode(), emptyRPS, emptyP99)
 		if chk.Gate != nil {
 			res.SetDrain(drain, b.o.warmup, b.o.duration)
 		}

@@ -192,6 +192,9 @@ func TestBenchPaths(t *testing.T) {
 		if answers <= 0 || p["other_answers"].(float64) != 0 || rps <= 0 || p["x_empty"].(float64) <= 0 || p["p99_x_empty"].(float64) <= 0 {
 			t.Errorf("%s: %v: want only %s answers, counted, as ratios of the empty handler", label, p, w.code)
 		}
+		if p["empty_rps"] != rep.Baselines["empty_handler_rps"] {
+			t.Errorf("%s: compared with an empty handler of %v req/s, the run's baseline is %v", label, p["empty_rps"], rep.Baselines["empty_handler_rps"])
+		}
 		if r["invariants_ok"] != true || r["oversold"].(float64) != 0 {
 			t.Errorf("%s: invariants_ok %v, oversold %v", label, r["invariants_ok"], r["oversold"])
 		}
@@ -226,6 +229,32 @@ func TestBenchPaths(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("terminal report lacks %q", want)
 		}
+	}
+}
+
+// TestBenchEmptyEach: with -empty-each each path is compared with an
+// empty handler measured right before it, not with the run's baseline.
+func TestBenchEmptyEach(t *testing.T) {
+	slowEndToEnd(t)
+	rep, _, err := runBenchCmd(t, "-strategies", "pipeline", "-paths", "purchase,sold-out", "-stock", "20", "-empty-each",
+		"-buyers", "8", "-duration", "500ms")
+	if err != nil {
+		t.Fatalf("bench: %v", err)
+	}
+	base := rep.Baselines["empty_handler_rps"]
+	same := 0
+	for _, r := range rep.Results {
+		p := r["path"].(map[string]any)
+		e := p["empty_rps"].(float64)
+		if e <= 0 {
+			t.Errorf("%v: empty_rps %v", p["name"], e)
+		}
+		if e == base {
+			same++
+		}
+	}
+	if len(rep.Results) != 2 || same == 2 {
+		t.Errorf("%d results, %d compared with the baseline of %v req/s: want each its own empty run", len(rep.Results), same, base)
 	}
 }
 

@@ -82,6 +82,11 @@ type PathFigures struct {
 	// the empty handler's p99 (0 without the baseline).
 	XEmpty    float64 `json:"x_empty"`
 	P99XEmpty float64 `json:"p99_x_empty"`
+	// EmptyRPS and EmptyP99Ms are the empty handler's figures the ratios
+	// use: the run's baseline, or with -empty-each the one measured right
+	// before this path.
+	EmptyRPS   float64 `json:"empty_rps"`
+	EmptyP99Ms float64 `json:"empty_p99_ms"`
 	// The apply backlog (reservations accepted by the gate, not yet decided
 	// by the database; the outbox is part of it) when the last answer came,
 	// the most during the run, and the time from the last answer until it
@@ -223,7 +228,7 @@ func round(x float64, digits int) float64 {
 // SetPath makes r the figures of path, counting the answers with code,
 // against the empty handler's throughput and p99 (zero: not measured).
 func (r *StrategyResult) SetPath(path, code string, emptyRPS, emptyP99Ms float64) {
-	p := &PathFigures{Name: path, Code: code}
+	p := &PathFigures{Name: path, Code: code, EmptyRPS: emptyRPS, EmptyP99Ms: emptyP99Ms}
 	if r.Run != nil {
 		p.Answers = r.Run.WindowCodes[code]
 		p.RPS = round(r.Run.RateOf(code), 1)
@@ -433,7 +438,7 @@ func (f *Report) writeResults(w io.Writer) {
 func (f *Report) writePaths(w io.Writer) {
 	fmt.Fprintln(w, "\npaths: req/s counts only the path's answer (accepted, sold_out) in the measured window; x empty: over the empty handler's req/s and p99")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tpath\tcounted\tanswers\tother answers\treq/s\tx empty\tp50 ms\tp99 ms\tp99 x empty\tbacklog at end\toutbox at end\tbacklog max\tgrowth/s\tto zero s\tserver cpu µs/req\tgenerator cpu µs/req\t")
+	fmt.Fprintln(tw, "strategy\tpath\tcounted\tanswers\tother answers\treq/s\tx empty\tempty req/s\tp50 ms\tp99 ms\tp99 x empty\tbacklog at end\toutbox at end\tbacklog max\tgrowth/s\tto zero s\tserver cpu µs/req\tgenerator cpu µs/req\t")
 	for _, r := range f.Results {
 		p := r.Path
 		if p == nil {
@@ -456,8 +461,8 @@ func (f *Report) writePaths(w io.Writer) {
 				gen = fmt.Sprintf("%.0f", c.GeneratorUsPerReq)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			r.Strategy, p.Name, p.Code, p.Answers, p.Other, p.RPS, ratioText(p.XEmpty), r.P50Ms, r.P99Ms, ratioText(p.P99XEmpty),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.Strategy, p.Name, p.Code, p.Answers, p.Other, p.RPS, ratioText(p.XEmpty), p.EmptyRPS, r.P50Ms, r.P99Ms, ratioText(p.P99XEmpty),
 			backlog[0], backlog[1], backlog[2], backlog[3], backlog[4], srv, gen)
 	}
 	tw.Flush()
