@@ -148,8 +148,8 @@ Open files limit: server {{.ServerLimit}}, client {{.FileLimit}}.{{with .Note}} 
 <tr><td>machine</td><td>{{.R.Setup.Machine.CPUs}} CPUs{{with .R.Setup.Machine.CPUModel}} ({{.}}){{end}}, {{.R.Setup.Machine.OS}}/{{.R.Setup.Machine.Arch}}, {{.R.Setup.Machine.Go}}{{with .R.Setup.Machine.Note}}; {{.}}{{end}}</td></tr>
 {{range $k, $v := .R.Setup.Server}}<tr><td>{{$k}}</td><td>{{$v}}</td></tr>
 {{end}}</table>
-<h2>Results</h2>
-{{if .R.Results}}<p>Baselines in the same run: empty handler <b>{{f0 .R.Baselines.EmptyHandlerRPS}}</b> req/s{{if .R.Baselines.EmptyHandlerP99Ms}} (p50 {{f2 .R.Baselines.EmptyHandlerP50Ms}} ms, p99 {{f2 .R.Baselines.EmptyHandlerP99Ms}} ms){{end}} (same generator, a handler that does nothing);
+{{if .R.Results}}<h2>Results</h2>
+<p>Baselines in the same run: empty handler <b>{{f0 .R.Baselines.EmptyHandlerRPS}}</b> req/s{{if .R.Baselines.EmptyHandlerP99Ms}} (p50 {{f2 .R.Baselines.EmptyHandlerP50Ms}} ms, p99 {{f2 .R.Baselines.EmptyHandlerP99Ms}} ms){{end}} (same generator, a handler that does nothing);
 Redis gate alone <b>{{f0 .R.Baselines.RedisGateRPS}}</b> reserves/s (reserve script, many goroutines, same client).</p>
 <div class="wide"><table class="results">
 <tr><th>strategy</th><th>requests</th><th>req/s</th><th>x empty</th><th>orders accepted</th><th>sold</th><th>oversold</th><th>lost</th><th>doubled</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>errors</th><th>drain s</th><th>invariants</th><th>CPU cores: self/redis/db/other</th></tr>
