@@ -450,7 +450,7 @@ func (b *bench) gateBaseline(ctx context.Context, rep *loadgen.Report) error {
 	}()
 	conc := b.conns()
 	b.status("%-16s %d goroutines for %v...", "redis gate", conc, b.o.duration)
-	rps, err := loadgen.GateBaseline(ctx, rc, prefix, conc, b.o.duration)
+	rps, err := loadgen.GateBaseline(ctx, rc, prefix, conc, b.o.duration, b.o.requests)
 	if err != nil {
 		return err
 	}

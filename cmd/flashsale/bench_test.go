@@ -85,8 +85,10 @@ func checkReportShape(t *testing.T, rep benchReport, strategies ...string) {
 // per strategy; everything sold exactly once, and the report says so.
 func TestBenchEndToEnd(t *testing.T) {
 	slowEndToEnd(t)
+	// A count bound, not a time bound: 400 requests sell the 60 units out
+	// however slow the machine is (the time bound is only a backstop).
 	rep, out, err := runBenchCmd(t, "-strategies", "pipeline,db-conditional", "-scenario", "hot",
-		"-buyers", "24", "-duration", "1s", "-stock", "60")
+		"-buyers", "24", "-requests", "400", "-duration", "90s", "-warmup", "0s", "-stock", "60")
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
@@ -95,11 +97,11 @@ func TestBenchEndToEnd(t *testing.T) {
 		if r["invariants_ok"] != true || r["oversold"].(float64) != 0 {
 			t.Errorf("%v: invariants_ok %v, oversold %v", r["strategy"], r["invariants_ok"], r["oversold"])
 		}
-		// 24 buyers for a second against 60 units: sold out, once each.
+		// 400 requests, 24 at a time, against 60 units: sold out, once each.
 		if r["sold"].(float64) != 60 || r["accepted"].(float64) != 60 {
 			t.Errorf("%v: sold %v, accepted %v; want 60, 60", r["strategy"], r["sold"], r["accepted"])
 		}
-		if r["requests"].(float64) < 100 || r["throughput_rps"].(float64) <= 0 || r["p99_ms"].(float64) <= 0 {
+		if r["requests"].(float64) != 400 || r["throughput_rps"].(float64) <= 0 || r["p99_ms"].(float64) <= 0 {
 			t.Errorf("%v: requests %v, throughput %v, p99 %v", r["strategy"], r["requests"], r["throughput_rps"], r["p99_ms"])
 		}
 	}
@@ -169,8 +171,9 @@ func TestBenchTarget(t *testing.T) {
 // read what was sold from the database.
 func TestBenchPaths(t *testing.T) {
 	slowEndToEnd(t)
+	// A count bound: every path's 150 requests are measured however slow the machine is.
 	rep, out, err := runBenchCmd(t, "-strategies", "pipeline,db-conditional", "-paths", "purchase,sold-out", "-stock", "40",
-		"-buyers", "16", "-duration", "700ms")
+		"-buyers", "16", "-requests", "150", "-duration", "90s", "-warmup", "0s")
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
@@ -189,8 +192,8 @@ func TestBenchPaths(t *testing.T) {
 		}
 		label := w.strategy + " " + w.path
 		answers, rps := p["answers"].(float64), p["rps"].(float64)
-		if answers <= 0 || p["other_answers"].(float64) != 0 || rps <= 0 || p["x_empty"].(float64) <= 0 || p["p99_x_empty"].(float64) <= 0 {
-			t.Errorf("%s: %v: want only %s answers, counted, as ratios of the empty handler", label, p, w.code)
+		if answers != 150 || r["requests"].(float64) != 150 || p["other_answers"].(float64) != 0 || rps <= 0 || p["x_empty"].(float64) <= 0 || p["p99_x_empty"].(float64) <= 0 {
+			t.Errorf("%s: %v: want the 150 requests all %s answers, counted, as ratios of the empty handler", label, p, w.code)
 		}
 		if p["empty_rps"] != rep.Baselines["empty_handler_rps"] {
 			t.Errorf("%s: compared with an empty handler of %v req/s, the run's baseline is %v", label, p["empty_rps"], rep.Baselines["empty_handler_rps"])
@@ -237,7 +240,7 @@ func TestBenchPaths(t *testing.T) {
 func TestBenchEmptyEach(t *testing.T) {
 	slowEndToEnd(t)
 	rep, _, err := runBenchCmd(t, "-strategies", "pipeline", "-paths", "purchase,sold-out", "-stock", "20", "-empty-each",
-		"-buyers", "8", "-duration", "500ms")
+		"-buyers", "8", "-requests", "100", "-duration", "90s", "-warmup", "0s")
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
@@ -265,10 +268,10 @@ func TestBenchTargetPaths(t *testing.T) {
 	h := newHarness(t, testConfig(t, "embedded"))
 	dir := t.TempDir()
 	jsonPath, htmlPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.html")
-	args := []string{"bench", "-quiet", "-warmup", "100ms", "-json", jsonPath, "-html", htmlPath, "-target", h.srvURL, "-baselines=false",
+	args := []string{"bench", "-quiet", "-warmup", "0s", "-json", jsonPath, "-html", htmlPath, "-target", h.srvURL, "-baselines=false",
 		"-admin-token", testAdmin, "-user-token-secret", testSecret,
 		"-database-url", h.cfg.DatabaseURL, "-redis-url", h.cfg.RedisURL, "-redis-prefix", h.cfg.RedisPrefix,
-		"-buyers", "8", "-duration", "500ms"}
+		"-buyers", "8", "-requests", "100", "-duration", "90s"}
 	var out bytes.Buffer
 	err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
 	t.Log(out.String())
