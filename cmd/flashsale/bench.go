@@ -50,23 +50,42 @@ type benchOptions struct {
 	i7Units      int64
 	quiet        bool
 	machineNote  string
+
+	paths         string // -paths: purchase,sold-out or scenario
+	purchaseStock int64
+	targetPID     int
+	connections   int
+	connHold      time.Duration
+	connEvery     time.Duration
+	emptyServer   string // -empty-server: serve the empty handler only
+	emptyEach     bool
 }
 
 const benchUsage = `flashsale bench: a load test with correctness checks.
 
 By default it starts one flashsale per strategy in this process (a fresh
 database on -database-url's server, a fresh Redis key prefix, an embedded
-JetStream in a temporary directory), drives the scenario over HTTP, drains,
-checks I1-I7 from the database and Redis, and prints a table. With -target it
-drives a running flashsale on this machine instead (give its -admin-token,
--user-token-secret, -database-url, -redis-url and -redis-prefix so the
-checks read its stores). Any violation makes it exit non-zero.
+JetStream in a temporary directory) and measures two paths apart, each
+against the empty handler of the same run: the purchase path (a sale with
+stock for every request, every answer accepted) and the sold-out path (a
+sale sold out first, every answer sold_out), with the apply backlog at the
+load's end and its time to drain. -scenario (or -stock) measures a scenario
+as a whole instead. After every run it drains, checks I1-I7 from the
+database and Redis, and prints a table. With -target it drives a running
+flashsale on this machine, in its own process, instead (give its
+-admin-token, -user-token-secret, -database-url, -redis-url and
+-redis-prefix so the checks read its stores) and reports the CPU of the
+server's process and of this one per request. -connections holds that many
+keep-alive connections to -target and reports the server's memory. Any
+violation makes it exit non-zero.
 
 Flags (the service's flags are accepted too):`
 
 func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o benchOptions
+	var benchFlags *flag.FlagSet
 	cfg, err := parseConfig("bench", args, getenv, stderr, func(fs *flag.FlagSet) {
+		benchFlags = fs
 		fs.Usage = func() {
 			fmt.Fprintln(fs.Output(), benchUsage)
 			fs.PrintDefaults()
@@ -87,15 +106,31 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		fs.StringVar(&o.jsonOut, "json", "", "write the report as JSON to `FILE`")
 		fs.StringVar(&o.htmlOut, "html", "", "write the report as an HTML page with charts to `FILE`")
 		fs.BoolVar(&o.baselines, "baselines", true, "measure the empty-handler and Redis-gate baselines first")
-		fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each strategy's run to `PREFIX`-<strategy>.pprof (go tool pprof)")
+		fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each run to `PREFIX`-<strategy>.pprof, -<strategy>-<path>.pprof with -paths (go tool pprof)")
 		fs.BoolVar(&o.keep, "keep", false, "keep the runs' databases and Redis keys (in-process mode)")
 		fs.DurationVar(&o.drainTimeout, "drain-timeout", time.Minute, "how long to wait for the queue to drain after a run")
 		fs.Int64Var(&o.i7Units, "i7-units", 200, "I7: at most this many remaining units are bought back by fresh buyers (the surplus is taken off the sale through the admin API first)")
 		fs.BoolVar(&o.quiet, "quiet", false, "no live progress line")
 		fs.StringVar(&o.machineNote, "machine-note", "", "a note on the machine for the report (e.g. \"shared with other jobs\")")
+		fs.StringVar(&o.paths, "paths", "purchase,sold-out", "paths measured apart, each against the empty handler: purchase (every answer accepted), sold-out (every answer sold_out); \"scenario\": measure -scenario as a whole (the default when -scenario or -stock is given)")
+		fs.Int64Var(&o.purchaseStock, "purchase-stock", 10_000_000, "units of the purchase path's sale: enough for every request of the run")
+		fs.IntVar(&o.targetPID, "target-pid", 0, "with -target: the target's process id (default: the process listening on its port)")
+		fs.IntVar(&o.connections, "connections", 0, "memory test: hold this many keep-alive connections to -target and report its VmRSS and VmHWM (no load runs)")
+		fs.DurationVar(&o.connHold, "connections-hold", 10*time.Second, "memory test: how long the connections are held once all are open")
+		fs.DurationVar(&o.connEvery, "connections-every", 5*time.Second, "memory test: each connection sends GET /healthz this often")
+		fs.BoolVar(&o.emptyEach, "empty-each", false, "measure the empty handler again right before each path's run and compare the path with that one (on a machine whose load changes during the bench)")
+		fs.StringVar(&o.emptyServer, "empty-server", "", "serve only the empty handler on `ADDR` until stopped (what the bench starts as its own process with -target)")
 	})
 	if err != nil {
 		return err
+	}
+	if o.emptyServer != "" {
+		return serveEmpty(ctx, o.emptyServer, stdout)
+	}
+	explicit := map[string]bool{}
+	benchFlags.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if !explicit["paths"] && (explicit["scenario"] || explicit["stock"]) {
+		o.paths = pathScenario
 	}
 	strategies, err := o.validate()
 	if err != nil {
@@ -117,8 +152,18 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		return errors.New("bench: -target needs the target's -admin-token (to create the sales) and -user-token-secret (to sign buyers' tokens)")
 	}
 
-	b := &bench{o: o, cfg: cfg, log: log, stderr: stderr}
+	b := &bench{o: o, cfg: cfg, log: log, stderr: stderr, paths: o.pathList()}
+	if o.target != "" {
+		if b.serverPID = o.targetPID; b.serverPID == 0 {
+			if b.serverPID, err = loadgen.ListenerPID(o.target); err != nil {
+				b.status("bench: the target's process: %v; its CPU and memory are not reported apart", err)
+			}
+		}
+	}
 	rep := &loadgen.Report{Setup: b.setup(args, strategies)}
+	if o.connections > 0 {
+		return b.memoryTest(ctx, rep, stdout)
+	}
 	var empty *loadgen.Result
 	if o.baselines {
 		if empty, err = b.emptyBaseline(ctx, rep); err != nil {
@@ -129,7 +174,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 	for _, name := range strategies {
-		var res *loadgen.StrategyResult
+		var res []*loadgen.StrategyResult
 		var note string
 		if o.target == "" {
 			res, note, err = b.inProcess(ctx, name)
@@ -142,8 +187,9 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		if note != "" && !slices.Contains(rep.Setup.Notes, note) {
 			rep.Setup.Notes = append(rep.Setup.Notes, note)
 		}
-		rep.Results = append(rep.Results, res)
+		rep.Results = append(rep.Results, res...)
 	}
+	rep.SetHeadline()
 	rep.WriteTable(stdout)
 	if o.jsonOut != "" {
 		if err := rep.WriteJSON(o.jsonOut); err != nil {
@@ -193,6 +239,21 @@ func (o *benchOptions) validate() ([]string, error) {
 		return nil, fmt.Errorf("-per-user-limit must be 1..%d", sale.MaxPerUserLimit)
 	case o.i7Units < 0:
 		return nil, errors.New("-i7-units must be 0 or more")
+	case o.purchaseStock < 1 || o.purchaseStock > sale.MaxStock:
+		return nil, fmt.Errorf("-purchase-stock must be 1..%d", sale.MaxStock)
+	case o.connections < 0 || o.connections > 100000:
+		return nil, errors.New("-connections must be 0..100000")
+	case o.connections > 0 && o.target == "":
+		return nil, errors.New("-connections needs -target: the server's memory is measured in its own process, apart from the connections' client")
+	case o.connections > 0 && (o.connHold <= 0 || o.connHold > time.Hour || o.connEvery <= 0):
+		return nil, errors.New("-connections-hold must be in (0, 1h] and -connections-every positive")
+	case o.targetPID < 0:
+		return nil, errors.New("-target-pid must be a process id")
+	}
+	for _, p := range o.pathList() {
+		if p != loadgen.Purchase && p != loadgen.SoldOut {
+			return nil, fmt.Errorf("-paths: unknown path %q (purchase, sold-out, or scenario alone)", p)
+		}
 	}
 	if _, err := loadgen.NewScenario(loadgen.ScenarioConfig{Name: o.scenario, Stock: o.stock, SKUs: o.skus, PerUserLimit: o.limit, RunID: "x"}); err != nil {
 		return nil, err
@@ -209,11 +270,14 @@ func (o *benchOptions) validate() ([]string, error) {
 	if o.mode == string(loadgen.Open) {
 		conns = o.maxInFlight
 	}
+	if o.connections > 0 {
+		conns = o.connections
+	}
 	need := conns + 512
 	if o.target == "" {
 		need += conns
 	}
-	if limit := loadgen.FileLimit(); limit > 0 && need > limit {
+	if limit := loadgen.RaiseFileLimit(need); limit > 0 && need > limit {
 		return nil, fmt.Errorf("%d connections need about %d file descriptors, the limit is %d: lower -buyers or -max-in-flight, or raise ulimit -n", conns, need, limit)
 	}
 	list := o.strategies
@@ -242,11 +306,18 @@ type bench struct {
 	cfg    config
 	log    *slog.Logger
 	stderr io.Writer
+	// paths are the paths measured apart (empty: the scenario as a whole).
+	paths []string
+	// serverPID is the target's process (0: in-process, or not found).
+	serverPID int
+	// emptyRPS and emptyP99Ms are the empty handler's figures, what the
+	// paths are compared with.
+	emptyRPS, emptyP99Ms float64
 }
 
 func (b *bench) genConfig(label string) loadgen.Config {
 	c := loadgen.Config{Mode: loadgen.Mode(b.o.mode), Concurrency: b.o.buyers, Rate: b.o.rate, Duration: b.o.duration,
-		Warmup: b.o.warmup, Requests: b.o.requests}
+		Warmup: b.o.warmup, Requests: b.o.requests, ServerPID: b.serverPID}
 	if c.Mode == loadgen.Open {
 		c.Concurrency = b.o.maxInFlight
 	}
@@ -298,27 +369,70 @@ func (b *bench) status(format string, args ...any) {
 
 // emptyBaseline runs the scenario's requests against a handler that does
 // nothing: the most this machine and generator can do.
+//
+// With -target the empty handler runs as a child process, as the target
+// does, so that neither shares the generator's process (and its CPU is
+// counted apart the same way).
 func (b *bench) emptyBaseline(ctx context.Context, rep *loadgen.Report) (*loadgen.Result, error) {
-	base, stop, err := loadgen.StartEmptyServer()
+	res, note, err := b.runEmpty(ctx, "empty handler")
 	if err != nil {
 		return nil, err
+	}
+	if note != "" {
+		rep.Setup.Notes = append(rep.Setup.Notes, note)
+	}
+	rep.Baselines.EmptyHandlerRPS = round1(res.Throughput())
+	rep.Baselines.EmptyHandlerP50Ms = round3(res.Percentile(50))
+	rep.Baselines.EmptyHandlerP99Ms = round3(res.Percentile(99))
+	b.emptyRPS, b.emptyP99Ms = rep.Baselines.EmptyHandlerRPS, rep.Baselines.EmptyHandlerP99Ms
+	if c := loadgen.NewProcessCPU(res); c != nil && !c.SameProcess {
+		rep.Baselines.EmptyHandlerCPUUsPerReq, rep.Baselines.EmptyGeneratorCPUUsPerReq = c.ServerUsPerReq, c.GeneratorUsPerReq
+	}
+	return res, nil
+}
+
+// runEmpty runs the load against a fresh empty handler: in its own
+// process with -target (note says why not, if it could not be), else in
+// this one.
+func (b *bench) runEmpty(ctx context.Context, label string) (_ *loadgen.Result, note string, err error) {
+	var (
+		base string
+		pid  int
+		stop func()
+	)
+	if b.o.target != "" {
+		if base, pid, stop, err = spawnEmpty(ctx); err != nil {
+			note = fmt.Sprintf("the empty handler ran in the generator's process, not in its own as the target does (%v)", err)
+			b.status("%-16s %s", label, note)
+		}
+	}
+	if base == "" {
+		if base, stop, err = loadgen.StartEmptyServer(); err != nil {
+			return nil, "", err
+		}
 	}
 	defer stop()
 	cl, err := loadgen.NewClient(base, "", b.cfg.UserTokenSecret, b.conns())
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer cl.Close()
-	sc, err := b.scenario()
-	if err != nil {
-		return nil, err
+	name := b.o.scenario
+	if len(b.paths) > 0 {
+		name = loadgen.Purchase // the same requests as the purchase path's
 	}
-	res, err := loadgen.Run(ctx, b.genConfig("empty handler"), sc.Op(cl))
+	sc, err := loadgen.NewScenario(loadgen.ScenarioConfig{Name: name, Stock: b.o.stock, SKUs: b.o.skus, PerUserLimit: b.o.limit, RunID: randomHex(4)})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	rep.Baselines.EmptyHandlerRPS = round1(res.Throughput())
-	return res, nil
+	cfg := b.genConfig(label)
+	cfg.ServerPID = pid // 0: in this process
+	res, err := loadgen.Run(ctx, cfg, sc.Op(cl))
+	if err != nil {
+		return nil, "", err
+	}
+	b.status("%-16s %.0f req/s, p50 %.2f ms, p99 %.2f ms", label, res.Throughput(), round3(res.Percentile(50)), round3(res.Percentile(99)))
+	return res, note, nil
 }
 
 // gateBaseline measures the reserve script alone through rueidis.
@@ -336,7 +450,7 @@ func (b *bench) gateBaseline(ctx context.Context, rep *loadgen.Report) error {
 	}()
 	conc := b.conns()
 	b.status("%-16s %d goroutines for %v...", "redis gate", conc, b.o.duration)
-	rps, err := loadgen.GateBaseline(ctx, rc, prefix, conc, b.o.duration)
+	rps, err := loadgen.GateBaseline(ctx, rc, prefix, conc, b.o.duration, b.o.requests)
 	if err != nil {
 		return err
 	}
@@ -346,6 +460,9 @@ func (b *bench) gateBaseline(ctx context.Context, rep *loadgen.Report) error {
 }
 
 func round1(x float64) float64 { return float64(int64(x*10+0.5)) / 10 }
+
+// round3 returns d in milliseconds to the microsecond.
+func round3(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func newRedis(redisURL string) (rueidis.Client, error) {
 	opt, err := rueidis.ParseURL(redisURL)
@@ -359,7 +476,7 @@ func newRedis(redisURL string) (rueidis.Client, error) {
 // inProcess starts a flashsale with strategy name on a fresh database,
 // Redis prefix and embedded JetStream, runs the scenario against it,
 // checks, and removes what it made (unless -keep).
-func (b *bench) inProcess(ctx context.Context, name string) (_ *loadgen.StrategyResult, note string, err error) {
+func (b *bench) inProcess(ctx context.Context, name string) (_ []*loadgen.StrategyResult, note string, err error) {
 	c := b.cfg
 	c.PurchaseStrategy = name
 	dbName := "flashsale_bench_" + randomHex(6)
@@ -409,7 +526,7 @@ func (b *bench) inProcess(ctx context.Context, name string) (_ *loadgen.Strategy
 
 // againstTarget runs the scenario against the running flashsale at -target
 // and checks its stores.
-func (b *bench) againstTarget(ctx context.Context, name string) (*loadgen.StrategyResult, string, error) {
+func (b *bench) againstTarget(ctx context.Context, name string) ([]*loadgen.StrategyResult, string, error) {
 	a, err := openForCheck(ctx, b.cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("opening the target's stores for the checks: %w", err)
@@ -427,15 +544,22 @@ func (b *bench) againstTarget(ctx context.Context, name string) (*loadgen.Strate
 	return b.measure(ctx, name, cl, chk, a.redis)
 }
 
-// measure sets the scenario up, runs it, drains and checks.
-// rc reads the pipeline's backlog during the run.
-func (b *bench) measure(ctx context.Context, name string, cl *loadgen.Client, chk loadgen.Checker, rc rueidis.Client) (*loadgen.StrategyResult, string, error) {
+// measure sets the scenario up, runs it, drains and checks (or measures
+// the paths apart, see measurePaths). rc reads the pipeline's backlog
+// during the run.
+func (b *bench) measure(ctx context.Context, name string, cl *loadgen.Client, chk loadgen.Checker, rc rueidis.Client) ([]*loadgen.StrategyResult, string, error) {
+	if len(b.paths) > 0 {
+		return b.measurePaths(ctx, name, cl, chk, rc)
+	}
 	sc, err := b.scenario()
 	if err != nil {
 		return nil, "", err
 	}
 	if err := sc.Setup(ctx, cl); err != nil {
 		return nil, "", fmt.Errorf("setting the sale up: %w", err)
+	}
+	if err := chk.CheckStores(ctx, rc, sc.SKUs()); err != nil {
+		return nil, "", err
 	}
 	stopProfile, err := b.profile(name)
 	if err != nil {
@@ -470,7 +594,7 @@ func (b *bench) measure(ctx context.Context, name string, cl *loadgen.Client, ch
 		verdict = fmt.Sprintf("VIOLATED: %s", strings.Join(v.Violations, "; "))
 	}
 	b.status("%-16s %.0f req/s, p99 %.1f ms, drained in %.2fs, %s", name, res.ThroughputRPS, res.P99Ms, res.DrainSeconds, verdict)
-	return res, sc.Note, nil
+	return []*loadgen.StrategyResult{res}, sc.Note, nil
 }
 
 // profile starts a CPU profile of the run if -cpuprofile is set.
@@ -522,7 +646,7 @@ func dropScratch(ctx context.Context, base, name string) error {
 func (b *bench) setup(args, strategies []string) loadgen.Setup {
 	o := b.o
 	s := loadgen.Setup{
-		Scenario: o.scenario, Mode: loadgen.Mode(o.mode), Buyers: o.buyers, DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(),
+		Scenario: o.scenario, Paths: b.paths, Mode: loadgen.Mode(o.mode), Buyers: o.buyers, DurationS: o.duration.Seconds(), WarmupS: o.warmup.Seconds(),
 		RequestLimit: o.requests, Stock: o.stock, SKUs: 1, PerUserLimit: o.limit, Strategies: strategies,
 		Target:  "in-process (a fresh flashsale per strategy: own database, Redis prefix, embedded JetStream)",
 		Started: time.Now().UTC(), Command: commandLine(redactArgs(args)),
@@ -539,8 +663,12 @@ func (b *bench) setup(args, strategies []string) loadgen.Setup {
 	if o.mode == string(loadgen.Open) {
 		s.Rate, s.Buyers = o.rate, o.maxInFlight
 	}
-	if o.scenario == loadgen.Many {
+	if o.scenario == loadgen.Many && len(b.paths) == 0 {
 		s.SKUs = o.skus
+	}
+	if len(b.paths) > 0 {
+		s.Scenario, s.PurchaseStock = strings.Join(b.paths, ","), o.purchaseStock
+		s.SKUs = len(b.paths)
 	}
 	if o.target != "" {
 		s.Target = o.target

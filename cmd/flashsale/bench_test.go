@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +22,7 @@ type benchReport struct {
 	Setup     map[string]any     `json:"setup"`
 	Baselines map[string]float64 `json:"baselines"`
 	Results   []map[string]any   `json:"results"`
+	Headline  json.RawMessage    `json:"headline"`
 }
 
 // runBenchCmd runs `flashsale bench args...` against the test services and
@@ -54,8 +58,8 @@ func checkReportShape(t *testing.T, rep benchReport, strategies ...string) {
 	if rep.Setup == nil {
 		t.Fatal("no setup in the report")
 	}
-	if len(rep.Baselines) != 2 || rep.Baselines["empty_handler_rps"] <= 0 || rep.Baselines["redis_gate_rps"] <= 0 {
-		t.Errorf("baselines %v: want empty_handler_rps and redis_gate_rps, both measured", rep.Baselines)
+	if rep.Baselines["empty_handler_rps"] <= 0 || rep.Baselines["redis_gate_rps"] <= 0 || rep.Baselines["empty_handler_p99_ms"] <= 0 {
+		t.Errorf("baselines %v: want empty_handler_rps (and its p99) and redis_gate_rps, all measured", rep.Baselines)
 	}
 	if len(rep.Results) != len(strategies) {
 		t.Fatalf("%d results, want %d", len(rep.Results), len(strategies))
@@ -66,8 +70,10 @@ func checkReportShape(t *testing.T, rep benchReport, strategies ...string) {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
+		// process_cpu is there where /proc is; path only with -paths.
+		keys = slices.DeleteFunc(keys, func(k string) bool { return k == "process_cpu" })
 		if !slices.Equal(keys, resultKeys) {
-			t.Errorf("result %d has keys %v, want exactly %v", i, keys, resultKeys)
+			t.Errorf("result %d has keys %v, want exactly %v (and process_cpu)", i, keys, resultKeys)
 		}
 		if r["strategy"] != strategies[i] {
 			t.Errorf("result %d is %v, want %s", i, r["strategy"], strategies[i])
@@ -79,8 +85,10 @@ func checkReportShape(t *testing.T, rep benchReport, strategies ...string) {
 // per strategy; everything sold exactly once, and the report says so.
 func TestBenchEndToEnd(t *testing.T) {
 	slowEndToEnd(t)
+	// A count bound, not a time bound: 400 requests sell the 60 units out
+	// however slow the machine is (the time bound is only a backstop).
 	rep, out, err := runBenchCmd(t, "-strategies", "pipeline,db-conditional", "-scenario", "hot",
-		"-buyers", "24", "-duration", "1s", "-stock", "60")
+		"-buyers", "24", "-requests", "400", "-duration", "90s", "-warmup", "0s", "-stock", "60")
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
@@ -89,11 +97,11 @@ func TestBenchEndToEnd(t *testing.T) {
 		if r["invariants_ok"] != true || r["oversold"].(float64) != 0 {
 			t.Errorf("%v: invariants_ok %v, oversold %v", r["strategy"], r["invariants_ok"], r["oversold"])
 		}
-		// 24 buyers for a second against 60 units: sold out, once each.
+		// 400 requests, 24 at a time, against 60 units: sold out, once each.
 		if r["sold"].(float64) != 60 || r["accepted"].(float64) != 60 {
 			t.Errorf("%v: sold %v, accepted %v; want 60, 60", r["strategy"], r["sold"], r["accepted"])
 		}
-		if r["requests"].(float64) < 100 || r["throughput_rps"].(float64) <= 0 || r["p99_ms"].(float64) <= 0 {
+		if r["requests"].(float64) != 400 || r["throughput_rps"].(float64) <= 0 || r["p99_ms"].(float64) <= 0 {
 			t.Errorf("%v: requests %v, throughput %v, p99 %v", r["strategy"], r["requests"], r["throughput_rps"], r["p99_ms"])
 		}
 	}
@@ -157,6 +165,187 @@ func TestBenchTarget(t *testing.T) {
 	}
 }
 
+// TestBenchPaths: explicit -paths with -stock measures the two paths of
+// each strategy on their own sales: the purchase figure counts accepted
+// answers only, the sold-out figure sold_out answers only, and the checks
+// read what was sold from the database.
+func TestBenchPaths(t *testing.T) {
+	slowEndToEnd(t)
+	// A count bound: every path's 150 requests are measured however slow the machine is.
+	rep, out, err := runBenchCmd(t, "-strategies", "pipeline,db-conditional", "-paths", "purchase,sold-out", "-stock", "40",
+		"-buyers", "16", "-requests", "150", "-duration", "90s", "-warmup", "0s")
+	if err != nil {
+		t.Fatalf("bench: %v", err)
+	}
+	if len(rep.Results) != 4 {
+		t.Fatalf("%d results, want 2 strategies x 2 paths", len(rep.Results))
+	}
+	want := []struct{ strategy, path, code string }{
+		{"pipeline", "purchase", "accepted"}, {"pipeline", "sold-out", "sold_out"},
+		{"db-conditional", "purchase", "accepted"}, {"db-conditional", "sold-out", "sold_out"},
+	}
+	for i, r := range rep.Results {
+		p, _ := r["path"].(map[string]any)
+		w := want[i]
+		if r["strategy"] != w.strategy || p == nil || p["name"] != w.path || p["code"] != w.code {
+			t.Fatalf("result %d: %v %v, want %s %s counting %s", i, r["strategy"], p, w.strategy, w.path, w.code)
+		}
+		label := w.strategy + " " + w.path
+		answers, rps := p["answers"].(float64), p["rps"].(float64)
+		if answers != 150 || r["requests"].(float64) != 150 || p["other_answers"].(float64) != 0 || rps <= 0 || p["x_empty"].(float64) <= 0 || p["p99_x_empty"].(float64) <= 0 {
+			t.Errorf("%s: %v: want the 150 requests all %s answers, counted, as ratios of the empty handler", label, p, w.code)
+		}
+		if p["empty_rps"] != rep.Baselines["empty_handler_rps"] {
+			t.Errorf("%s: compared with an empty handler of %v req/s, the run's baseline is %v", label, p["empty_rps"], rep.Baselines["empty_handler_rps"])
+		}
+		if r["invariants_ok"] != true || r["oversold"].(float64) != 0 {
+			t.Errorf("%s: invariants_ok %v, oversold %v", label, r["invariants_ok"], r["oversold"])
+		}
+		sold, accepted := r["sold"].(float64), r["accepted"].(float64)
+		switch w.path {
+		case "purchase":
+			// Every answer in the window was a new order, and the database
+			// holds every order of the run (warm-up and tail included).
+			if accepted < answers || sold != accepted {
+				t.Errorf("%s: %v accepted answers, %v orders accepted, %v sold in the database", label, answers, accepted, sold)
+			}
+		case "sold-out":
+			// Only the set-up's 40 units were sold: no answer of the run took one.
+			if sold != 40 || accepted != 40 {
+				t.Errorf("%s: sold %v, accepted %v; want the 40 units of the sell-out", label, sold, accepted)
+			}
+		}
+		measured := p["backlog_measured"] == true
+		if measured != (w.strategy == "pipeline") || p["drained_to_zero"] != measured {
+			t.Errorf("%s: backlog measured %v, drained to zero %v: want both for the pipeline only", label, p["backlog_measured"], p["drained_to_zero"])
+		}
+		if c, _ := r["process_cpu"].(map[string]any); c == nil || c["same_process"] != true {
+			t.Errorf("%s: process_cpu %v: want one process in-process", label, r["process_cpu"])
+		}
+	}
+	var h map[string]any
+	if err := json.Unmarshal(rep.Headline, &h); err != nil || h["strategy"] != "pipeline" || h["purchase_x_empty"].(float64) <= 0 ||
+		h["sold_out_x_empty"].(float64) <= 0 || h["purchase_p99_x_empty"].(float64) <= 0 || h["drained_to_zero"] != true {
+		t.Errorf("headline %v (%v)", h, err)
+	}
+	for _, want := range []string{"HEADLINE pipeline: purchase", "x empty handler", "sold-out", "backlog at end", "pipeline purchase", "db-conditional sold-out"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("terminal report lacks %q", want)
+		}
+	}
+}
+
+// TestBenchEmptyEach: with -empty-each each path is compared with an
+// empty handler measured right before it, not with the run's baseline.
+func TestBenchEmptyEach(t *testing.T) {
+	slowEndToEnd(t)
+	rep, _, err := runBenchCmd(t, "-strategies", "pipeline", "-paths", "purchase,sold-out", "-stock", "20", "-empty-each",
+		"-buyers", "8", "-requests", "100", "-duration", "90s", "-warmup", "0s")
+	if err != nil {
+		t.Fatalf("bench: %v", err)
+	}
+	base := rep.Baselines["empty_handler_rps"]
+	same := 0
+	for _, r := range rep.Results {
+		p := r["path"].(map[string]any)
+		e := p["empty_rps"].(float64)
+		if e <= 0 {
+			t.Errorf("%v: empty_rps %v", p["name"], e)
+		}
+		if e == base {
+			same++
+		}
+	}
+	if len(rep.Results) != 2 || same == 2 {
+		t.Errorf("%d results, %d compared with the baseline of %v req/s: want each its own empty run", len(rep.Results), same, base)
+	}
+}
+
+// TestBenchTargetPaths: the default run (both paths) against a running
+// flashsale found by its port; its process is this test's.
+func TestBenchTargetPaths(t *testing.T) {
+	slowEndToEnd(t)
+	h := newHarness(t, testConfig(t, "embedded"))
+	dir := t.TempDir()
+	jsonPath, htmlPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.html")
+	args := []string{"bench", "-quiet", "-warmup", "0s", "-json", jsonPath, "-html", htmlPath, "-target", h.srvURL, "-baselines=false",
+		"-admin-token", testAdmin, "-user-token-secret", testSecret,
+		"-database-url", h.cfg.DatabaseURL, "-redis-url", h.cfg.RedisURL, "-redis-prefix", h.cfg.RedisPrefix,
+		"-buyers", "8", "-requests", "100", "-duration", "90s"}
+	var out bytes.Buffer
+	err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results, want the purchase and sold-out paths", len(rep.Results))
+	}
+	for i, path := range []string{"purchase", "sold-out"} {
+		r := rep.Results[i]
+		p, _ := r["path"].(map[string]any)
+		if p == nil || p["name"] != path || p["answers"].(float64) <= 0 || p["other_answers"].(float64) != 0 || r["invariants_ok"] != true {
+			t.Errorf("%s: %v", path, r)
+		}
+		c, _ := r["process_cpu"].(map[string]any)
+		if c == nil || c["same_process"] != true { // the harness serves in this process
+			t.Errorf("%s: process_cpu %v", path, c)
+		}
+	}
+	if rep.Results[1]["sold"].(float64) != 1000 {
+		t.Errorf("sold-out: sold %v, want the default stock of 1000 sold out first", rep.Results[1]["sold"])
+	}
+	if len(rep.Headline) == 0 {
+		t.Error("no headline")
+	}
+	page, _ := os.ReadFile(htmlPath)
+	if !strings.Contains(string(page), "purchase path (accepted answers only)") {
+		t.Error("the page has no headline")
+	}
+}
+
+// TestBenchConnections holds keep-alive connections to a running
+// flashsale and reports its memory.
+func TestBenchConnections(t *testing.T) {
+	h := newHarness(t, testConfig(t, "embedded"))
+	jsonPath := filepath.Join(t.TempDir(), "m.json")
+	args := []string{"bench", "-quiet", "-json", jsonPath, "-target", h.srvURL,
+		"-admin-token", testAdmin, "-user-token-secret", testSecret,
+		"-database-url", h.cfg.DatabaseURL, "-redis-url", h.cfg.RedisURL, "-redis-prefix", h.cfg.RedisPrefix,
+		"-connections", "30", "-connections-hold", "300ms", "-connections-every", "100ms"}
+	var out bytes.Buffer
+	err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Memory map[string]float64 `json:"memory"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Memory
+	if m["opened"] != 30 || m["held"] != 30 || m["errors"] != 0 || m["rss_mb"] <= 0 || m["hwm_mb"] <= 0 || int(m["server_pid"]) != os.Getpid() {
+		t.Errorf("memory %v", m)
+	}
+	if !strings.Contains(out.String(), "MEMORY server pid") {
+		t.Error("the text report has no memory figure")
+	}
+}
+
 func TestBenchRefuses(t *testing.T) {
 	cases := []struct {
 		args []string
@@ -171,6 +360,9 @@ func TestBenchRefuses(t *testing.T) {
 		{[]string{"-strategies", "pipeline,db-magic"}, "unknown purchase strategy"},
 		{[]string{"-target", "http://127.0.0.1:1", "-strategies", "pipeline,db-conditional"}, "one strategy"},
 		{[]string{"-mode", "open", "-rate", "0"}, "-rate"},
+		{[]string{"-paths", "purchase,checkout"}, "unknown path"},
+		{[]string{"-connections", "100"}, "needs -target"},
+		{[]string{"-purchase-stock", "0"}, "-purchase-stock"},
 	}
 	for _, c := range cases {
 		args := append([]string{"bench", "-admin-token", "a", "-user-token-secret", "s"}, c.args...)
@@ -195,5 +387,60 @@ func TestBenchRedactsSecrets(t *testing.T) {
 	if got, want := commandLine([]string{"-machine-note", "2 cores, it's shared", "-buyers", "10"}),
 		`flashsale bench -machine-note '2 cores, it'\''s shared' -buyers 10`; got != want {
 		t.Errorf("commandLine = %s, want %s", got, want)
+	}
+}
+
+// TestBenchEmptyServer: `bench -empty-server` serves the empty handler
+// until its context ends (the process the bench starts with -target).
+func TestBenchEmptyServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"bench", "-empty-server", "127.0.0.1:0"}, func(string) string { return "" }, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, ok := strings.CutPrefix(strings.TrimSpace(line), emptyServerBanner)
+	if !ok {
+		t.Fatalf("first line %q", line)
+	}
+	go io.Copy(io.Discard, pr)
+	resp, err := http.Post(base+"/api/v1/orders", "application/json", strings.NewReader(`{"sku_id":"x","quantity":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("empty handler answered %d, want 202", resp.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("bench -empty-server: %v", err)
+	}
+}
+
+// TestBenchTargetWrongStores: against a running flashsale, stores that are
+// not its own are refused before any load (every check would fail).
+func TestBenchTargetWrongStores(t *testing.T) {
+	h := newHarness(t, testConfig(t, "embedded"))
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"redis prefix", []string{"-database-url", h.cfg.DatabaseURL, "-redis-prefix", h.cfg.RedisPrefix + "-other"}, "Redis"},
+		{"database", []string{"-database-url", testenv.Database(t), "-redis-prefix", h.cfg.RedisPrefix}, "database"},
+	} {
+		args := append([]string{"bench", "-quiet", "-target", h.srvURL, "-baselines=false", "-admin-token", testAdmin,
+			"-user-token-secret", testSecret, "-redis-url", h.cfg.RedisURL, "-buyers", "2", "-duration", "100ms", "-warmup", "0s",
+			"-paths", "purchase"}, c.args...)
+		err := run(context.Background(), args, func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "the sale") {
+			t.Errorf("%s not the target's: err = %v, want one naming the %s", c.name, err, c.want)
+		}
 	}
 }

@@ -44,6 +44,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	raiseFileLimit(log) // every client connection is an open file
 	a, err := start(ctx, cfg, log)
 	if err != nil {
 		return err

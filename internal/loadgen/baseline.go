@@ -29,7 +29,12 @@ const emptyReply = `{"order_id":"00000000-0000-7000-8000-000000000000","status":
 // connection handling, the client) with none of flashsale's work. It
 // returns the base URL and a stop function.
 func StartEmptyServer() (base string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return StartEmptyServerAt("127.0.0.1:0")
+}
+
+// StartEmptyServerAt is StartEmptyServer on addr (host:port).
+func StartEmptyServerAt(addr string) (base string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, err
 	}
@@ -59,10 +64,10 @@ func StartEmptyServer() (base string, stop func(), err error) {
 
 // GateBaseline measures the Redis gate alone: conc goroutines calling
 // stockgate.Gate.Reserve (the reserve script, auto-pipelined by rueidis)
-// for d, each reservation a new user of a SKU that never sells out. It
-// returns reservations per second. Keys go under prefix; the caller
-// deletes them (DeleteKeys).
-func GateBaseline(ctx context.Context, c rueidis.Client, prefix string, conc int, d time.Duration) (float64, error) {
+// for d (and, if limit > 0, at most limit reservations), each reservation
+// a new user of a SKU that never sells out. It returns reservations per
+// second. Keys go under prefix; the caller deletes them (DeleteKeys).
+func GateBaseline(ctx context.Context, c rueidis.Client, prefix string, conc int, d time.Duration, limit int64) (float64, error) {
 	g := stockgate.New(c, prefix)
 	const sku = "gate-baseline"
 	if _, err := g.Seed(ctx, sku, stockgate.Config{PerUserLimit: 1}, sale.MaxStock, nil, nil, nil, nil, "bench"); err != nil {
@@ -80,6 +85,9 @@ func GateBaseline(ctx context.Context, c rueidis.Client, prefix string, conc int
 		wg.Go(func() {
 			for ctx.Err() == nil && time.Now().Before(deadline) {
 				i := n.Add(1)
+				if limit > 0 && i > limit {
+					return
+				}
 				r := sale.Reservation{OrderID: fmt.Sprintf("%08x-0000-7000-8000-%012x", i>>48, i&0xffffffffffff), SKU: sku,
 					User: "g" + strconv.FormatInt(i, 10), Quantity: 1, AcceptedAt: time.Now().UnixMilli()}
 				if _, err := g.Reserve(ctx, r); err != nil {
@@ -95,8 +103,13 @@ func GateBaseline(ctx context.Context, c rueidis.Client, prefix string, conc int
 	if first != nil {
 		return 0, fmt.Errorf("gate baseline: %w", first)
 	}
-	// Count only what was sent: a goroutine stopped by the deadline took no number.
-	return float64(n.Load()) / time.Since(start).Seconds(), ctx.Err()
+	// Count only what was sent: a goroutine stopped by the deadline took no
+	// number, one stopped by the limit took one past it.
+	sent := n.Load()
+	if limit > 0 {
+		sent = min(sent, limit)
+	}
+	return float64(sent) / time.Since(start).Seconds(), ctx.Err()
 }
 
 // DeleteKeys deletes every Redis key under prefix + ":" (SCAN + UNLINK).

@@ -348,3 +348,40 @@ func SampleBacklog(ctx context.Context, c rueidis.Client, gate *stockgate.Gate, 
 		return <-done
 	}
 }
+
+// targetSKUSQL finds a SKU's inventory row.
+const targetSKUSQL = `SELECT count(*) FROM inventory WHERE sku_id = ?`
+
+// CheckStores returns an error unless the checker reads the stores of the
+// server that created skus: their inventory rows are in c.DB and, for the
+// pipeline, their gate keys in Redis (within a few seconds). Against a
+// running server (-target) given the wrong database or Redis prefix, every
+// check would fail as lost orders; this says what is wrong instead.
+func (c Checker) CheckStores(ctx context.Context, rc rueidis.Client, skus []string) error {
+	for _, sku := range skus {
+		var n int
+		if err := c.DB.DB().QueryRowContext(ctx, c.DB.Rebind(targetSKUSQL), sku).Scan(&n); err != nil {
+			return fmt.Errorf("loadgen: reading the sale %s from the database: %w", sku, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("loadgen: the server created the sale %s, but the database given has no row of it: give the server's own database URL", sku)
+		}
+		if c.Gate == nil {
+			continue
+		}
+		for start := time.Now(); ; {
+			n, err := rc.Do(ctx, rc.B().Exists().Key(c.Gate.KeysOf(sku).Meta).Build()).AsInt64()
+			if err != nil {
+				return fmt.Errorf("loadgen: reading the sale %s from Redis: %w", sku, err)
+			}
+			if n > 0 {
+				break
+			}
+			if time.Since(start) > 5*time.Second {
+				return fmt.Errorf("loadgen: the server created the sale %s, but Redis has no %s: give the server's own Redis URL and prefix", sku, c.Gate.KeysOf(sku).Meta)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}

@@ -18,10 +18,22 @@ type CPU struct {
 	Self     float64 // this process: the generator, and the servers when in-process
 	Redis    float64 // redis-server processes
 	Database float64 // database server processes: postgres (every backend), mariadbd or mysqld
+	// Server is the process of Config.ServerPID (a flashsale serving in
+	// its own process, -target): counted here, not in Other. Zero when
+	// the server runs in this process (it is then in Self).
+	Server    float64
+	ServerPID int
+	// Span is the time the figures average over (the measured window and
+	// the answers after it).
+	Span time.Duration
 }
 
+// Seconds returns the CPU seconds that cores busy on average over the
+// span amount to.
+func (c CPU) Seconds(cores float64) float64 { return cores * c.Span.Seconds() }
+
 // Other returns the machine's busy cores not accounted to the named processes.
-func (c CPU) Other() float64 { return max(c.Machine-c.Self-c.Redis-c.Database, 0) }
+func (c CPU) Other() float64 { return max(c.Machine-c.Self-c.Redis-c.Database-c.Server, 0) }
 
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
 const clockTicks = 100
@@ -88,14 +100,18 @@ func sampleCPU() cpuSample {
 	return s
 }
 
-// cpuBetween returns the cores used between two samples.
-func cpuBetween(a, b cpuSample) CPU {
+// cpuBetween returns the cores used between two samples; server, if not
+// zero or this process, is the pid of a server process counted apart.
+func cpuBetween(a, b cpuSample, server int) CPU {
 	secs := b.at.Sub(a.at).Seconds()
 	if !a.samples || !b.samples || secs <= 0 {
 		return CPU{}
 	}
-	c := CPU{Machine: (b.busy - a.busy) / secs}
+	c := CPU{Machine: (b.busy - a.busy) / secs, Span: b.at.Sub(a.at)}
 	self := os.Getpid()
+	if server != self {
+		c.ServerPID = server
+	}
 	for pid, pb := range b.procs {
 		pa, ok := a.procs[pid]
 		if !ok || pa.comm != pb.comm {
@@ -105,6 +121,8 @@ func cpuBetween(a, b cpuSample) CPU {
 		switch {
 		case pid == self:
 			c.Self += cores
+		case pid == server:
+			c.Server += cores
 		case pb.comm == "redis-server":
 			c.Redis += cores
 		case pb.comm == "postgres" || strings.HasPrefix(pb.comm, "postgres:") || pb.comm == "mariadbd" || pb.comm == "mysqld":

@@ -52,6 +52,9 @@ type Config struct {
 	// while the run lasts, and once at the end.
 	Progress      func(Progress)
 	ProgressEvery time.Duration
+	// ServerPID, if set, is the process of the server under load when it
+	// is not this one: its CPU is counted apart (CPU.Server).
+	ServerPID int
 }
 
 // Validate reports a configuration that cannot run.
@@ -119,6 +122,9 @@ type Result struct {
 	// InWindow counts the requests answered without error within Window.
 	InWindow int64
 	Codes    map[string]int64
+	// WindowCodes counts the answers without error within Window, by code:
+	// what RateOf divides (InWindow is their sum).
+	WindowCodes map[string]int64
 	// Latency of every request in microseconds: from the time it was due
 	// (open loop) or sent (closed loop) to its answer.
 	Latency *hdrhistogram.Histogram
@@ -140,6 +146,16 @@ func (r *Result) Throughput() float64 {
 		return 0
 	}
 	return float64(r.InWindow) / r.Window.Seconds()
+}
+
+// RateOf returns the answers with code (and no error) per second of
+// Window: the throughput of one kind of answer, such as the accepted
+// purchases of a run that also got refusals.
+func (r *Result) RateOf(code string) float64 {
+	if r.Window <= 0 {
+		return 0
+	}
+	return float64(r.WindowCodes[code]) / r.Window.Seconds()
 }
 
 // Percentile returns the latency at percentile p (0-100).
@@ -171,6 +187,7 @@ type shard struct {
 	latency  *hdrhistogram.Histogram
 	service  *hdrhistogram.Histogram
 	codes    map[string]int64
+	window   map[string]int64 // codes of the answers counted in inWindow
 	errors   int64
 	done     int64
 	inWindow int64
@@ -211,6 +228,7 @@ func Run(ctx context.Context, cfg Config, op Op) (*Result, error) {
 		r.shards[i].latency = NewHistogram()
 		r.shards[i].service = NewHistogram()
 		r.shards[i].codes = map[string]int64{}
+		r.shards[i].window = map[string]int64{}
 	}
 	// Answers may come up to a request timeout after the time bound.
 	n := int((cfg.Duration+time.Minute)/cfg.Bucket) + 1
@@ -234,7 +252,7 @@ func Run(ctx context.Context, cfg Config, op Op) (*Result, error) {
 	res := r.result(end)
 	select {
 	case first := <-cpuAt:
-		res.CPU = cpuBetween(first, sampleCPU())
+		res.CPU = cpuBetween(first, sampleCPU(), cfg.ServerPID)
 	default: // ended during the warm-up
 	}
 	return res, nil
@@ -264,6 +282,7 @@ func (r *run) record(seq int64, due, sent, end time.Time, out Outcome) {
 		s.errors++
 	} else if !end.After(r.deadline) {
 		s.inWindow++
+		s.window[out.Code]++
 	}
 	s.mu.Unlock()
 }
@@ -384,12 +403,13 @@ func (r *run) progress() func() {
 
 func (r *run) result(end time.Time) *Result {
 	res := &Result{Mode: r.cfg.Mode, Elapsed: max(end.Sub(r.measure), 0), Latency: NewHistogram(), Service: NewHistogram(),
-		Codes: map[string]int64{}, Late: r.late.Load()}
+		Codes: map[string]int64{}, WindowCodes: map[string]int64{}, Late: r.late.Load()}
 	for i := range r.shards {
 		s := &r.shards[i]
 		res.Latency.Merge(s.latency)
 		res.Service.Merge(s.service)
 		mergeCodes(res.Codes, s.codes)
+		mergeCodes(res.WindowCodes, s.window)
 		res.Requests += s.done
 		res.Errors += s.errors
 		res.InWindow += s.inWindow

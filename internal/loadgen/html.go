@@ -43,7 +43,7 @@ func (f *Report) renderHTML(w io.Writer, empty *Result) error {
 	var runs []chartRun
 	for i, r := range f.Results {
 		if r.Run != nil {
-			runs = append(runs, chartRun{name: r.Strategy, color: palette[i%len(palette)], run: r.Run})
+			runs = append(runs, chartRun{name: r.Label(), color: palette[i%len(palette)], run: r.Run})
 		}
 	}
 	all := runs
@@ -65,9 +65,9 @@ func (f *Report) renderHTML(w io.Writer, empty *Result) error {
 		if r.Run == nil {
 			continue
 		}
-		c := chartRun{name: r.Strategy, color: palette[i%len(palette)], run: r.Run}
+		c := chartRun{name: r.Label(), color: palette[i%len(palette)], run: r.Run}
 		panels = append(panels, panel{
-			Name: r.Strategy, Latency: template.HTML(histogramChart(c)), Throughput: template.HTML(throughputChart([]chartRun{c}, 460, 220)),
+			Name: r.Label(), Latency: template.HTML(histogramChart(c)), Throughput: template.HTML(throughputChart([]chartRun{c}, 460, 220)),
 			Codes: codeList(r.Codes), Violations: r.Violations, OK: r.InvariantsOK,
 			P50: r.P50Ms, P99: r.P99Ms, P999: r.P999Ms, RPS: r.ThroughputRPS, Requests: r.Requests, Errors: r.Errors, Drain: r.DrainSeconds,
 			Orders: r.Accepted,
@@ -88,7 +88,7 @@ func (f *Report) renderHTML(w io.Writer, empty *Result) error {
 		if len(r.Backlog) == 0 {
 			continue
 		}
-		sr := series{name: r.Strategy, color: palette[i%len(palette)]}
+		sr := series{name: r.Label(), color: palette[i%len(palette)]}
 		for _, p := range r.Backlog {
 			sr.pts = append(sr.pts, [2]float64{p.At.Seconds(), float64(p.InFlight)})
 		}
@@ -107,11 +107,13 @@ var pageTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 		}
 		return fmt.Sprintf("%.2f", a/b)
 	},
-	"f0": func(x float64) string { return fmt.Sprintf("%.0f", x) },
-	"f2": func(x float64) string { return fmt.Sprintf("%.2f", x) },
+	"f0":     func(x float64) string { return fmt.Sprintf("%.0f", x) },
+	"ratio2": ratioText,
+	"f1":     func(x float64) string { return fmt.Sprintf("%.1f", x) },
+	"f2":     func(x float64) string { return fmt.Sprintf("%.2f", x) },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>flashsale bench: {{.R.Setup.Scenario}}</title>
+<title>flashsale bench: {{if .R.Setup.Paths}}purchase and sold-out paths{{else}}{{.R.Setup.Scenario}}{{end}}</title>
 <style>
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1000px;color:#222;padding:0 12px}
 .wide{overflow-x:auto}.results{font-size:12.5px}
@@ -121,23 +123,37 @@ th:first-child,td:first-child{text-align:left}.bad{color:#b00;font-weight:600}.o
 .setup td{text-align:left}.panels{display:flex;flex-wrap:wrap;gap:16px}.panel{border:1px solid #ddd;border-radius:6px;padding:10px;width:468px}
 .small{color:#666;font-size:12px}svg text{font:11px system-ui,sans-serif;fill:#333}
 </style></head><body>
-<h1>flashsale bench: scenario {{.R.Setup.Scenario}}</h1>
+<h1>flashsale bench: {{if .R.Setup.Paths}}the purchase and sold-out paths{{else}}scenario {{.R.Setup.Scenario}}{{end}}</h1>
 <div class="small">{{.R.Setup.Started.Format "2006-01-02 15:04:05 MST"}} &middot; report generated {{.Generated}}</div>
+{{with .R.Headline}}<h2>Headline: {{.Strategy}}</h2>
+<table class="headline">
+<tr><th>figure</th><th>value</th><th>as a ratio of the empty handler in this run</th></tr>
+<tr><td>empty handler</td><td>{{f0 .EmptyHandlerRPS}} req/s, p99 {{f2 .EmptyHandlerP99Ms}} ms</td><td>1</td></tr>
+{{if .PurchaseRPS}}<tr><td>purchase path (accepted answers only)</td><td>{{f0 .PurchaseRPS}} req/s, p99 {{f2 .PurchaseP99Ms}} ms</td><td><b>{{ratio2 .PurchaseXEmpty}}x</b> throughput, <b>{{ratio2 .PurchaseP99XEmpty}}x</b> p99</td></tr>
+<tr><td>apply backlog at the load's end</td><td>{{.BacklogAtEnd}} reservations (growing {{f0 .BacklogGrowthPerS}}/s while measured), {{if .DrainedToZero}}zero {{f2 .DrainToZeroS}} s after{{else}}<span class="bad">not drained to zero</span>{{end}}</td><td></td></tr>{{end}}
+{{if .SoldOutRPS}}<tr><td>sold-out path (sold_out answers only)</td><td>{{f0 .SoldOutRPS}} req/s, p99 {{f2 .SoldOutP99Ms}} ms</td><td><b>{{ratio2 .SoldOutXEmpty}}x</b> throughput, <b>{{ratio2 .SoldOutP99XEmpty}}x</b> p99</td></tr>{{end}}
+{{if .ServerCPUUsPerPurchase}}<tr><td>CPU per purchase</td><td>server process {{f0 .ServerCPUUsPerPurchase}} µs, generator process {{f0 .GeneratorCPUUsPerPurchase}} µs</td><td></td></tr>{{end}}
+</table>{{end}}
+{{with .R.Memory}}<h2>Memory: {{.Opened}} keep-alive connections</h2>
+<p>Server process {{.ServerPID}}: VmRSS <b>{{f1 .RSSMB}} MiB</b> with the connections open ({{f1 .RSSBeforeMB}} MiB before, {{f1 .PerConnKB}} KiB per connection), VmHWM {{f1 .HWMMB}} MiB.
+{{.Connections}} asked, {{.Held}} held for {{f1 .HoldS}} s with a request every {{.EveryS}} s each ({{.Requests}} requests, {{.Errors}} errors).
+Open files limit: server {{.ServerLimit}}, client {{.FileLimit}}.{{with .Note}} {{.}}{{end}}</p>{{end}}
 <h2>Setup</h2>
 <table class="setup">
 <tr><td>command</td><td><code>{{.R.Setup.Command}}</code></td></tr>
-<tr><td>load</td><td>{{.R.Setup.Mode}} loop{{if eq .R.Setup.Mode "open"}} at {{f0 .R.Setup.Rate}} req/s{{else}}, {{.R.Setup.Buyers}} concurrent buyers{{end}}, {{.R.Setup.DurationS}} s measured per strategy after {{.R.Setup.WarmupS}} s of warm-up{{if .R.Setup.RequestLimit}}, at most {{.R.Setup.RequestLimit}} requests{{end}}</td></tr>
-<tr><td>sale</td><td>{{.R.Setup.Stock}} units over {{.R.Setup.SKUs}} SKU(s), {{.R.Setup.PerUserLimit}} per user</td></tr>
+<tr><td>load</td><td>{{.R.Setup.Mode}} loop{{if eq .R.Setup.Mode "open"}} at {{f0 .R.Setup.Rate}} req/s{{else}}, {{.R.Setup.Buyers}} concurrent buyers{{end}}, {{.R.Setup.DurationS}} s measured per {{if .R.Setup.Paths}}path and {{end}}strategy after {{.R.Setup.WarmupS}} s of warm-up{{if .R.Setup.RequestLimit}}, at most {{.R.Setup.RequestLimit}} requests{{end}}</td></tr>
+{{if .R.Setup.Paths}}<tr><td>sales</td><td>purchase path: {{.R.Setup.PurchaseStock}} units, every request a new buyer; sold-out path: {{.R.Setup.Stock}} units sold out before the run; {{.R.Setup.PerUserLimit}} per user</td></tr>
+{{else}}<tr><td>sale</td><td>{{.R.Setup.Stock}} units over {{.R.Setup.SKUs}} SKU(s), {{.R.Setup.PerUserLimit}} per user</td></tr>{{end}}
 <tr><td>target</td><td>{{.R.Setup.Target}}</td></tr>
 <tr><td>machine</td><td>{{.R.Setup.Machine.CPUs}} CPUs{{with .R.Setup.Machine.CPUModel}} ({{.}}){{end}}, {{.R.Setup.Machine.OS}}/{{.R.Setup.Machine.Arch}}, {{.R.Setup.Machine.Go}}{{with .R.Setup.Machine.Note}}; {{.}}{{end}}</td></tr>
 {{range $k, $v := .R.Setup.Server}}<tr><td>{{$k}}</td><td>{{$v}}</td></tr>
 {{end}}</table>
-<h2>Results</h2>
-<p>Baselines in the same run: empty handler <b>{{f0 .R.Baselines.EmptyHandlerRPS}}</b> req/s (same generator, a handler that does nothing);
+{{if .R.Results}}<h2>Results</h2>
+<p>Baselines in the same run: empty handler <b>{{f0 .R.Baselines.EmptyHandlerRPS}}</b> req/s{{if .R.Baselines.EmptyHandlerP99Ms}} (p50 {{f2 .R.Baselines.EmptyHandlerP50Ms}} ms, p99 {{f2 .R.Baselines.EmptyHandlerP99Ms}} ms){{end}} (same generator, a handler that does nothing);
 Redis gate alone <b>{{f0 .R.Baselines.RedisGateRPS}}</b> reserves/s (reserve script, many goroutines, same client).</p>
 <div class="wide"><table class="results">
 <tr><th>strategy</th><th>requests</th><th>req/s</th><th>x empty</th><th>orders accepted</th><th>sold</th><th>oversold</th><th>lost</th><th>doubled</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>errors</th><th>drain s</th><th>invariants</th><th>CPU cores: self/redis/db/other</th></tr>
-{{range .R.Results}}<tr><td>{{.Strategy}}</td><td>{{.Requests}}</td><td>{{f0 .ThroughputRPS}}</td><td>{{ratio .ThroughputRPS $.R.Baselines.EmptyHandlerRPS}}</td>
+{{range .R.Results}}<tr><td>{{.Label}}</td><td>{{.Requests}}</td><td>{{f0 .ThroughputRPS}}</td><td>{{ratio .ThroughputRPS $.R.Baselines.EmptyHandlerRPS}}</td>
 <td>{{.Accepted}}</td><td>{{.Sold}}</td><td{{if .Oversold}} class="bad"{{end}}>{{.Oversold}}</td><td{{if .Lost}} class="bad"{{end}}>{{.Lost}}</td><td{{if .Doubled}} class="bad"{{end}}>{{.Doubled}}</td>
 <td>{{f2 .P50Ms}}</td><td>{{f2 .P99Ms}}</td><td>{{f2 .P999Ms}}</td><td>{{.Errors}}</td><td>{{.DrainSeconds}}</td>
 <td>{{if .InvariantsOK}}<span class="ok">I1-I7 hold</span>{{else}}<span class="bad">VIOLATED</span>{{end}}</td><td>{{.CPU}}</td></tr>
@@ -149,6 +165,20 @@ req/s: answers without error per second of the run's duration (sold-out and limi
 transport failures are errors). Latency from the send (closed loop) or from the due time (open loop). Checks read the database and Redis
 directly after the queue drained: I1-I6 per SKU, then I7 (fresh buyers buy exactly what the database says remains).
 CPU: cores busy on average while measuring, from /proc: this process (generator and in-process server), redis-server, the database server (postgres, mariadbd or mysqld), the rest of the machine.</p>
+{{if .R.Setup.Paths}}<h2>Paths</h2>
+<div class="wide"><table class="results">
+<tr><th>strategy</th><th>path</th><th>counted</th><th>answers</th><th>other answers</th><th>req/s</th><th>x empty</th><th>empty req/s</th><th>p50 ms</th><th>p99 ms</th><th>p99 x empty</th><th>backlog at end</th><th>outbox at end</th><th>backlog max</th><th>growth /s</th><th>to zero s</th><th>server CPU µs/req</th><th>generator CPU µs/req</th></tr>
+{{range .R.Results}}{{if .Path}}<tr><td>{{.Strategy}}</td><td>{{.Path.Name}}</td><td>{{.Path.Code}}</td><td>{{.Path.Answers}}</td><td{{if .Path.Other}} class="bad"{{end}}>{{.Path.Other}}</td><td>{{f0 .Path.RPS}}</td><td>{{ratio2 .Path.XEmpty}}</td><td>{{f0 .Path.EmptyRPS}}</td>
+<td>{{f2 .P50Ms}}</td><td>{{f2 .P99Ms}}</td><td>{{ratio2 .Path.P99XEmpty}}</td>
+{{if .Path.BacklogMeasured}}<td>{{.Path.BacklogAtEnd}}</td><td>{{.Path.OutboxAtEnd}}</td><td>{{.Path.BacklogMax}}</td><td>{{f0 .Path.BacklogGrowthPerS}}</td><td>{{if .Path.DrainedToZero}}{{.Path.DrainToZeroS}}{{else}}<span class="bad">not drained</span>{{end}}</td>{{else}}<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>{{end}}
+{{with .ProcessCPU}}<td>{{f0 .ServerUsPerReq}}{{if .SameProcess}} (with the generator){{end}}</td><td>{{if .SameProcess}}-{{else}}{{f0 .GeneratorUsPerReq}}{{end}}</td>{{else}}<td>-</td><td>-</td>{{end}}</tr>
+{{end}}{{end}}</table></div>
+<p class="small">purchase: a sale with stock for every request, each request a new buyer's first click, so every answer should be accepted;
+sold-out: a sale sold out before the run, every answer should be sold_out. req/s counts only that answer in the measured window (other answers:
+everything else, errors included); x empty: over the empty handler's req/s and p99 in this run. Backlog: reservations accepted by the gate and
+not yet decided by the database (the outbox is part of it) when the last answer came, the most sampled, and the time from the last answer until it was zero
+(none for the database strategies: they commit before answering). CPU per request from /proc/&lt;pid&gt;/stat: with -target the server's
+process and the generator's apart; in-process they are one process.</p>{{end}}
 {{range .R.Setup.Notes}}<p class="small">Note: {{.}}</p>{{end}}
 <h2>Latency distribution</h2>
 {{.Percentiles}}
@@ -166,7 +196,7 @@ of the warm-up: bounded when the consumer keeps up with the gate.</p>
 <div class="small">answers in the measured window: {{.Codes}} ({{.Orders}} distinct orders accepted over the whole run)</div>
 {{range .Violations}}<div class="bad small">{{.}}</div>{{end}}
 </div>
-{{end}}</div>
+{{end}}</div>{{end}}
 </body></html>
 `))
 

@@ -21,6 +21,7 @@ func fakeRun(latencies ...time.Duration) *Result {
 		r.Timeline = append(r.Timeline, Point{At: time.Duration(i+1) * 100 * time.Millisecond, Completed: 10})
 	}
 	r.Requests, r.InWindow = int64(len(latencies)), int64(len(latencies))
+	r.WindowCodes = map[string]int64{"accepted": int64(len(latencies))}
 	return r
 }
 

@@ -21,10 +21,29 @@ const (
 	Storm = "storm"
 	// Mix: buyers, and owners paying or cancelling their orders.
 	Mix = "mix"
+	// Purchase: one SKU, every request a new buyer's first click: with
+	// stock for every request, each one takes a unit (the purchase path).
+	Purchase = "purchase"
+	// SoldOut: one SKU sold out before the measured run, every request a
+	// new buyer's first click: each one is refused (the sold-out path).
+	SoldOut = "sold-out"
 )
 
 // Scenarios lists the scenario names.
-func Scenarios() []string { return []string{Hot, Many, Storm, Mix} }
+func Scenarios() []string { return []string{Hot, Many, Storm, Mix, Purchase, SoldOut} }
+
+// PathCode returns the answer the scenario's every request should get
+// ("accepted" for Purchase, "sold_out" for SoldOut), or "" for a scenario
+// of mixed answers.
+func (s *Scenario) PathCode() string {
+	switch s.cfg.Name {
+	case Purchase:
+		return "accepted"
+	case SoldOut:
+		return "sold_out"
+	}
+	return ""
+}
 
 // ScenarioConfig describes a scenario.
 type ScenarioConfig struct {
@@ -50,6 +69,7 @@ type ScenarioConfig struct {
 // second one), the 7th is the second buyer trying a second purchase with a
 // new key (limit_reached at a limit of 1). Mix replaces one request in 4
 // with paying or cancelling (alternately) an order bought earlier.
+// Purchase and SoldOut send only first clicks, each of a new buyer.
 type Scenario struct {
 	cfg  ScenarioConfig
 	skus []string
@@ -113,7 +133,7 @@ func (s *Scenario) Setup(ctx context.Context, c *Client) error {
 		}
 	}
 	switch s.cfg.Name {
-	case Storm:
+	case Storm, SoldOut:
 		return s.sellOut(ctx, c, s.skus[0])
 	case Mix:
 		ok, err := c.HasLifecycle(ctx)
@@ -198,10 +218,12 @@ func (s *Scenario) Op(c *Client) Op {
 		}
 		g, pos := seq/7, seq%7
 		buyer, key := 5*g+pos, "k1"
-		switch pos {
-		case 5:
+		switch {
+		case s.cfg.Name == Purchase || s.cfg.Name == SoldOut:
+			buyer = seq // every request a new buyer
+		case pos == 5:
 			buyer = 5 * g
-		case 6:
+		case pos == 6:
 			buyer, key = 5*g+1, "k2"
 		}
 		user := "u-" + s.cfg.RunID + "-" + strconv.FormatInt(buyer, 10)
