@@ -56,6 +56,7 @@ type config struct {
 	ReconcileLimit  int
 	AlertWebhook    string
 	Failpoints      string
+	MemoryLimit     string
 	LogLevel        string
 	LogFormat       string
 
@@ -296,6 +297,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.str(&c.TraceServiceName, "trace-service-name", "OTEL_SERVICE_NAME", "flashsale", "service.name of the traces")
 	e.str(&c.TraceSampler, "trace-sampler", "OTEL_TRACES_SAMPLER", "parentbased_always_on", "trace sampler: always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio")
 	e.str(&c.TraceSamplerArg, "trace-sampler-arg", "OTEL_TRACES_SAMPLER_ARG", "", "probability of the ratio samplers, 0..1 (default 1)")
+	e.str(&c.MemoryLimit, "memory-limit", "FLASHSALE_MEMORY_LIMIT", "auto", "soft memory limit of the Go runtime (the garbage collector works harder near it; never a hard cap): auto (90% of the cgroup's memory limit, none outside a container with one), off, or a size such as 240MiB; GOMEMLIMIT wins")
 	e.str(&c.PprofAddr, "pprof-addr", "FLASHSALE_PPROF_ADDR", "", "listen address of the profiling endpoints /debug/pprof/ (admin token required; empty: off), e.g. 127.0.0.1:6060")
 	if extra != nil {
 		extra(fs)
@@ -341,6 +343,9 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, err
 	}
 	if err := c.Protect.check(); err != nil {
+		return c, err
+	}
+	if _, err := parseMemoryLimit(c.MemoryLimit); err != nil {
 		return c, err
 	}
 	if err := validStrategy(c.PurchaseStrategy); err != nil {

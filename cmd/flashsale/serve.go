@@ -44,7 +44,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	raiseFileLimit(log) // every client connection is an open file
+	raiseFileLimit(log)                              // every client connection is an open file
+	memLimit, _ := parseMemoryLimit(cfg.MemoryLimit) // checked by parseConfig
+	applyMemoryLimit(memLimit, log)
 	a, err := start(ctx, cfg, log)
 	if err != nil {
 		return err
