@@ -79,7 +79,7 @@ func New(c rueidis.Client, prefix string) *Gate {
 	return &Gate{
 		c:        c,
 		prefix:   prefix,
-		reserve:  rueidis.NewLuaScript(reserveLua),
+		reserve:  rueidis.NewLuaScript(bucketCheckLua + reserveLua),
 		finalize: rueidis.NewLuaScript(debtLua + finalizeLua),
 		seed:     rueidis.NewLuaScript(seedLua),
 		inflight: rueidis.NewLuaScriptReadOnly(inflightLua),
@@ -179,6 +179,27 @@ func (g *Gate) limitKeys(sku, user, ipKey string) [3]string {
 // except a repeat of an order id the gate already holds (a retry of a call
 // whose reply was lost).
 func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits) (ReserveResult, error) {
+	return g.ReserveIn(ctx, r, l, 1)
+}
+
+// ReserveIn is ReserveLimited of a sale the caller believes split in k
+// stock buckets (1 or less: not split). The reservation is made in the
+// buyer's home bucket (r.Bucket is set to it, HomeName); units move to it
+// from the other buckets when it has too few, and sale.ErrSoldOut means
+// the buckets together had fewer than asked for. A sale split otherwise
+// in Redis gives ErrBucketsChanged, nothing written.
+func (g *Gate) ReserveIn(ctx context.Context, r sale.Reservation, l Limits, k int) (ReserveResult, error) {
+	k = max(k, 1)
+	r.Bucket = ""
+	if k > 1 {
+		r.Bucket = HomeName(r.SKU, r.User, k)
+		return g.reserveBuckets(ctx, r, l, k)
+	}
+	return g.reserveIn(ctx, r, l, k)
+}
+
+// reserveIn is one reserve script call in r's bucket.
+func (g *Gate) reserveIn(ctx context.Context, r sale.Reservation, l Limits, k int) (ReserveResult, error) {
 	if err := r.Validate(); err != nil {
 		return ReserveResult{}, fmt.Errorf("%w: %v", sale.ErrInvalid, err)
 	}
@@ -186,7 +207,8 @@ func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits)
 	if err != nil {
 		return ReserveResult{}, err
 	}
-	k := g.KeysOf(r.SKU)
+	name := BucketOf(r)
+	keys := g.KeysOf(name)
 	idem := ""
 	if r.IdempotencyKey != "" {
 		idem = r.User + "\x00" + r.IdempotencyKey
@@ -195,17 +217,18 @@ func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits)
 	if l.IPKey == "" {
 		ip = Rate{}
 	}
-	keys := []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem}
+	ks := []string{keys.Meta, keys.Buyers, keys.Res, keys.Outbox, keys.Idem}
 	args := []string{r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10), strconv.FormatInt(r.AcceptedAt, 10), idem, string(payload)}
 	if l.SKU.On() || l.User.On() || ip.On() {
-		lk := g.limitKeys(r.SKU, r.User, l.IPKey)
+		lk := g.limitKeys(name, r.User, l.IPKey)
 		skuIv, skuBurst := l.SKU.args()
 		userIv, userBurst := l.User.args()
 		ipIv, ipBurst := ip.args()
-		keys = append(keys, lk[0], lk[1], lk[2])
+		ks = append(ks, lk[0], lk[1], lk[2])
 		args = append(args, skuIv, skuBurst, userIv, userBurst, ipIv, ipBurst)
 	}
-	vals, err := g.reserve.Exec(ctx, g.c, keys, args).ToArray()
+	args = append(args, strconv.Itoa(k))
+	vals, err := g.reserve.Exec(ctx, g.c, ks, args).ToArray()
 	if err != nil {
 		return ReserveResult{}, fmt.Errorf("stockgate: reserve: %w", err)
 	}
@@ -233,6 +256,8 @@ func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits)
 		return ReserveResult{}, sale.ErrSaleEnded
 	case -6:
 		return ReserveResult{}, rateLimited(vals[1:])
+	case -7:
+		return ReserveResult{}, ErrBucketsChanged
 	}
 	return ReserveResult{}, fmt.Errorf("stockgate: reserve: unexpected code %d", code)
 }
@@ -242,7 +267,11 @@ func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits)
 // purchase path asks it instead of the gate for a retry of a SKU it knows
 // is sold out.
 func (g *Gate) Duplicate(ctx context.Context, sku, user, key string) (string, bool, error) {
-	id, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Idem).Field(user+"\x00"+key).Build()).ToString()
+	k, err := g.Buckets(ctx, sku)
+	if err != nil {
+		return "", false, err
+	}
+	id, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(HomeName(sku, user, k)).Idem).Field(user+"\x00"+key).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		return "", false, nil
 	}
@@ -293,7 +322,8 @@ type Outcome struct {
 	KeyOrderID string
 }
 
-// Finalize closes reservations of sku the database has decided: applied ones
+// Finalize closes reservations of sku (a bucket name, BucketOf, for a sale
+// split in buckets) the database has decided: applied ones
 // are forgotten (their units stay sold), refused ones give their units and
 // buyer slot back. Exactly once per reservation, however often it is called:
 // the in-flight entry is the token. Returns the units given back.
@@ -427,6 +457,16 @@ func (f InFlight) Units() int64 {
 // its reserved counter and available units (entries are returned even when
 // the SKU is not loaded).
 func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
+	if n, err := g.Buckets(ctx, sku); err != nil {
+		return InFlight{}, err
+	} else if n > 1 {
+		return g.readInFlightBuckets(ctx, sku, n)
+	}
+	return g.ReadInFlightOf(ctx, sku)
+}
+
+// ReadInFlightOf is ReadInFlight of one bucket (or of a sale not split).
+func (g *Gate) ReadInFlightOf(ctx context.Context, sku string) (InFlight, error) {
 	k := g.KeysOf(sku)
 	vals, err := g.inflight.Exec(ctx, g.c, []string{k.Meta, k.Res}, nil).ToArray()
 	if err != nil {
@@ -551,6 +591,23 @@ func (g *Gate) Adjust(ctx context.Context, sku string, cfg Config, delta int64) 
 
 // Available returns the units available in Redis; ok is false when the SKU is not loaded.
 func (g *Gate) Available(ctx context.Context, sku string) (n int64, ok bool, err error) {
+	k, err := g.Buckets(ctx, sku)
+	if err != nil {
+		return 0, false, err
+	}
+	if k > 1 {
+		bs, err := g.ReadBuckets(ctx, BucketNames(sku, k), false)
+		if err != nil {
+			return 0, false, err
+		}
+		for _, b := range bs {
+			if !b.Loaded {
+				return 0, false, nil
+			}
+			n += b.Avail + b.Transit
+		}
+		return n, true, nil
+	}
 	n, err = g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Meta).Field("avail").Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, false, nil
@@ -563,7 +620,11 @@ func (g *Gate) Available(ctx context.Context, sku string) (n int64, ok bool, err
 
 // Held returns the units user holds of sku according to Redis.
 func (g *Gate) Held(ctx context.Context, sku, user string) (int64, error) {
-	n, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Buyers).Field(user).Build()).AsInt64()
+	k, err := g.Buckets(ctx, sku)
+	if err != nil {
+		return 0, err
+	}
+	n, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(HomeName(sku, user, k)).Buyers).Field(user).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
@@ -572,12 +633,22 @@ func (g *Gate) Held(ctx context.Context, sku, user string) (int64, error) {
 
 // Lookup returns the in-flight reservation orderID of sku, if any.
 func (g *Gate) Lookup(ctx context.Context, sku, orderID string) (sale.Reservation, bool, error) {
-	b, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Res).Field(orderID).Build()).AsBytes()
-	if rueidis.IsRedisNil(err) {
-		return sale.Reservation{}, false, nil
-	}
+	k, err := g.Buckets(ctx, sku)
 	if err != nil {
 		return sale.Reservation{}, false, fmt.Errorf("stockgate: lookup: %w", err)
+	}
+	var b []byte
+	for _, n := range BucketNames(sku, k) {
+		b, err = g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(n).Res).Field(orderID).Build()).AsBytes()
+		if err == nil {
+			break
+		}
+		if !rueidis.IsRedisNil(err) {
+			return sale.Reservation{}, false, fmt.Errorf("stockgate: lookup: %w", err)
+		}
+	}
+	if b == nil {
+		return sale.Reservation{}, false, nil
 	}
 	var r sale.Reservation
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -648,6 +719,11 @@ func (g *Gate) Expire(ctx context.Context, sku string, now time.Time, retention 
 		return false, fmt.Errorf("stockgate: expire: %w", err)
 	}
 	if n == 1 {
+		for _, key := range []string{g.xferKey(sku), g.xinKey(sku)} {
+			if err := g.c.Do(ctx, g.c.B().Del().Key(key).Build()).Error(); err != nil {
+				return true, err
+			}
+		}
 		if err := g.c.Do(ctx, g.c.B().Srem().Key(g.registry()).Member(sku).Build()).Error(); err != nil {
 			return n == 1, err
 		}
@@ -727,6 +803,23 @@ func (g *Gate) Restore(ctx context.Context, sku string, rs []Release) (int64, er
 	if len(rs) == 0 {
 		return 0, nil
 	}
+	for _, r := range rs {
+		if r.OrderID == "" || r.Quantity == 0 {
+			return 0, fmt.Errorf("%w: restore of order %q with %d units", sale.ErrInvalid, r.OrderID, r.Quantity)
+		}
+	}
+	k, err := g.Buckets(ctx, sku)
+	if err != nil {
+		return 0, fmt.Errorf("stockgate: restore: %w", err)
+	}
+	if k > 1 {
+		return g.restoreBuckets(ctx, sku, rs, k)
+	}
+	return g.restoreIn(ctx, sku, rs)
+}
+
+// restoreIn is Restore in one bucket.
+func (g *Gate) restoreIn(ctx context.Context, sku string, rs []Release) (int64, error) {
 	args := make([]string, 0, 3*len(rs))
 	for _, r := range rs {
 		if r.OrderID == "" || r.Quantity == 0 {
