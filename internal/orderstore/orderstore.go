@@ -245,7 +245,7 @@ func (c SKUChange) validate() error {
 	case !c.StartsAt.IsZero() && !c.EndsAt.IsZero() && !c.EndsAt.After(c.StartsAt):
 		return fmt.Errorf("%w: ends_at must be after starts_at", sale.ErrInvalid)
 	case c.Buckets < 0 || c.Buckets > sale.MaxBuckets:
-		return fmt.Errorf("%w: buckets %d outside 1..%d", sale.ErrInvalid, c.Buckets, sale.MaxBuckets)
+		return fmt.Errorf("%w: buckets %d", sale.ErrInvalidBuckets, c.Buckets)
 	}
 	return nil
 }

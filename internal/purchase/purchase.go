@@ -234,6 +234,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		IdempotencyKey: req.IdempotencyKey,
 		ClientIP:       req.ClientIP,
 	}
+	lim := s.limits.gate(ipKey)
+	if lim.Buckets = sku.BucketCount(); lim.Buckets > 1 {
+		r.Bucket = stockgate.HomeName(r.SKU, r.User, lim.Buckets)
+	}
 	if s.seller != nil {
 		o, dup, err := s.seller.BuyDirect(ctx, r, now)
 		if err != nil {
@@ -245,7 +249,7 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		return Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}, nil
 	}
 	gr, err := s.guard.reserve(ctx, func(ctx context.Context) (stockgate.ReserveResult, error) {
-		return s.reserve(ctx, r, s.limits.gate(ipKey))
+		return s.reserve(ctx, r, lim)
 	})
 	var le *stockgate.LimitedError
 	var so *stockgate.SoldOutError
@@ -277,6 +281,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		return res, err
 	case errors.Is(err, sale.ErrBusy):
 		return Result{}, err
+	case errors.Is(err, stockgate.ErrBucketsChanged):
+		// The sale was split anew since the catalog was read.
+		s.Catalog.Kick()
+		return Result{}, fmt.Errorf("%w: sale %s was split anew, retry shortly", sale.ErrUnavailable, req.SKU)
 	case errors.Is(err, sale.ErrNotWarmed):
 		s.triggerLoad(r.SKU)
 		// A retry of a purchase that exists gets its order, not 503.
@@ -295,12 +303,12 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	if !gr.Duplicate {
 		if s.ack > 0 {
 			actx, cancel := context.WithTimeout(ctx, s.ack)
-			if err := s.relay.Publish(actx, r.SKU, gr.OrderID, gr.Payload); err != nil {
+			if err := s.relay.Publish(actx, stockgate.BucketOf(r), gr.OrderID, gr.Payload); err != nil {
 				s.log.DebugContext(ctx, "purchase: accepted before the stream acknowledged (outbox holds it)", "order_id", gr.OrderID, "err", err)
 			}
 			cancel()
 		} else {
-			s.relay.Notify(ctx, r.SKU, gr.OrderID, gr.Payload)
+			s.relay.Notify(ctx, stockgate.BucketOf(r), gr.OrderID, gr.Payload)
 		}
 	}
 	return Result{OrderID: gr.OrderID, Duplicate: gr.Duplicate, Status: sale.StatusQueued}, nil
@@ -366,7 +374,7 @@ func (s *Service) reserve(ctx context.Context, r sale.Reservation, l stockgate.L
 			}
 			return gr, nil
 		}
-		if isBusiness(err) || errors.Is(err, sale.ErrNotWarmed) || ctx.Err() != nil {
+		if isBusiness(err) || errors.Is(err, sale.ErrNotWarmed) || errors.Is(err, stockgate.ErrBucketsChanged) || ctx.Err() != nil {
 			return gr, err
 		}
 		s.log.WarnContext(ctx, "purchase: gate outcome unknown, asking again with the same order id", "order_id", r.OrderID, "attempt", attempt+1, "err", err)

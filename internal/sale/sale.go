@@ -49,6 +49,18 @@ type SKU struct {
 // BucketCount returns the sale's number of stock buckets (at least 1).
 func (s SKU) BucketCount() int { return max(s.Buckets, 1) }
 
+// SKUOfBucket returns the SKU of a stock bucket's name (the gate names
+// bucket 0 by the SKU id and bucket b > 0 "<sku>~<b>-<n>"; '~' is not a
+// SKU id character): the name itself for a SKU id.
+func SKUOfBucket(name string) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] == '~' {
+			return name[:i]
+		}
+	}
+	return name
+}
+
 // SaleState is what a buyer sees of a SKU.
 type SaleState string
 

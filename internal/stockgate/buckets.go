@@ -93,10 +93,7 @@ func BucketName(sku string, b, k int) string {
 }
 
 // SKUOf returns the SKU of a bucket name (the name itself for bucket 0).
-func SKUOf(name string) string {
-	sku, _, _ := strings.Cut(name, BucketSep)
-	return sku
-}
+func SKUOf(name string) string { return sale.SKUOfBucket(name) }
 
 // HomeBucket returns the bucket of k that holds user's buyer record.
 func HomeBucket(user string, k int) int {
@@ -332,10 +329,17 @@ const maxRefills = 32
 func (g *Gate) reserveBuckets(ctx context.Context, r sale.Reservation, l Limits, k int) (ReserveResult, error) {
 	names := BucketNames(r.SKU, k)
 	home := HomeBucket(r.User, k)
+	// Rate limit keys live in the bucket's slot: the SKU's and the IP's
+	// budgets are shared out over the buckets (buyers spread evenly over
+	// them); the user's is whole (a user buys from one bucket).
+	l.SKU, l.IP = l.SKU.share(k), l.IP.share(k)
 	for round := 0; ; round++ {
 		res, err := g.reserveIn(ctx, r, l, k)
 		var so *SoldOutError
 		if !errors.As(err, &so) {
+			if err == nil && res.Available == 0 {
+				res.Available = -1 // the home bucket is empty, the sale may not be
+			}
 			return res, err
 		}
 		l = Limits{}
@@ -409,6 +413,14 @@ func (g *Gate) refill(ctx context.Context, names []string, home int, want int64,
 		}
 		return -1, nil
 	}
+}
+
+// share returns the part of rate r one of k buckets enforces.
+func (r Rate) share(k int) Rate {
+	if !r.On() || k <= 1 {
+		return r
+	}
+	return Rate{PerSecond: r.PerSecond / float64(k), Burst: (max(r.Burst, 1) + k - 1) / k}
 }
 
 func same(a, b []BucketState) bool {

@@ -155,6 +155,10 @@ type Limits struct {
 	// IPKey identifies the client for the IP limit (an address or a
 	// network such as an IPv6 /64); empty skips the IP limit.
 	IPKey string
+	// Buckets is the number of stock buckets the caller believes the sale
+	// is split in (0 or 1: not split); see ReserveIn. Not a rate limit,
+	// but it travels with the purchase's gate call.
+	Buckets int
 }
 
 // SoldOutError is the sale.ErrSoldOut the gate returns: Available units
@@ -179,7 +183,7 @@ func (g *Gate) limitKeys(sku, user, ipKey string) [3]string {
 // except a repeat of an order id the gate already holds (a retry of a call
 // whose reply was lost).
 func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits) (ReserveResult, error) {
-	return g.ReserveIn(ctx, r, l, 1)
+	return g.ReserveIn(ctx, r, l, l.Buckets)
 }
 
 // ReserveIn is ReserveLimited of a sale the caller believes split in k
@@ -689,8 +693,21 @@ func (g *Gate) Outbox(ctx context.Context, sku string, before time.Time, limit i
 }
 
 // OutboxLen returns the number of outbox entries of sku.
+// For a sale split in buckets, it is the sum over them.
 func (g *Gate) OutboxLen(ctx context.Context, sku string) (int64, error) {
-	return g.c.Do(ctx, g.c.B().Zcard().Key(g.KeysOf(sku).Outbox).Build()).AsInt64()
+	k, err := g.Buckets(ctx, sku)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, n := range BucketNames(sku, k) {
+		v, err := g.c.Do(ctx, g.c.B().Zcard().Key(g.KeysOf(n).Outbox).Build()).AsInt64()
+		if err != nil {
+			return 0, err
+		}
+		total += v
+	}
+	return total, nil
 }
 
 // SKUs returns the SKUs loaded in Redis (the relay's work list).
