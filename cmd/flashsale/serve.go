@@ -426,6 +426,11 @@ func (a *app) transferLoop(ctx context.Context) {
 				if _, err := a.gate.SweepTransfers(ctx, n, now.Add(-2*time.Second)); err != nil {
 					a.log.Warn("stock bucket transfers", "bucket", n, "err", err)
 				}
+				if sale.SKUOfBucket(n) == n {
+					if _, err := a.gate.SettleDebt(ctx, n); err != nil {
+						a.log.Warn("stock bucket debts", "sku_id", n, "err", err)
+					}
+				}
 			}
 		}
 	}

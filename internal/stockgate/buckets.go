@@ -529,6 +529,9 @@ func (g *Gate) restoreBuckets(ctx context.Context, sku string, rs []Release, k i
 		}
 		units += u
 	}
+	if _, err := g.SettleDebt(ctx, sku); err != nil {
+		return units, fmt.Errorf("stockgate: restore: settling debts: %w", err)
+	}
 	return units, nil
 }
 
@@ -608,4 +611,60 @@ func (g *Gate) SeedSplit(ctx context.Context, sku string, cfg Config, k int, ava
 		all = all && ok
 	}
 	return all, nil
+}
+
+// SettleDebt moves units from buckets of a split sale that have them
+// available to buckets that owe units (debt): a debt is paid by refusals in
+// its own bucket, but the refusals of a split sale may give units back in
+// another, which would then sell units the database no longer has (the
+// database refuses those too: never oversold, but admitted in vain). The
+// transfer's credit pays the debt first (xferin.lua). Called after a
+// refusal or an outside decrement lands, and every second by the sweeper.
+// It returns the units moved.
+func (g *Gate) SettleDebt(ctx context.Context, sku string) (int64, error) {
+	k, err := g.Buckets(ctx, sku)
+	if err != nil || k <= 1 {
+		return 0, err
+	}
+	names := BucketNames(sku, k)
+	bs, err := g.ReadBuckets(ctx, names, false)
+	if err != nil {
+		return 0, err
+	}
+	var moved int64
+	for i := range bs {
+		for bs[i].Debt > 0 && bs[i].Loaded {
+			d := -1
+			for j, b := range bs {
+				if j != i && b.Loaded && b.Avail > 0 && (d < 0 || b.Avail > bs[d].Avail) {
+					d = j
+				}
+			}
+			if d < 0 {
+				return moved, nil
+			}
+			n := min(bs[i].Debt, bs[d].Avail)
+			if err := g.transfer(ctx, names[d], names[i], bs[i].Epoch, n, k); err != nil {
+				return moved, err
+			}
+			bs[i].Debt -= n
+			bs[d].Avail -= n
+			moved += n
+		}
+	}
+	return moved, nil
+}
+
+// settleAfter runs SettleDebt for the sale of bucket name when it is split
+// (its meta names more than one bucket).
+func (g *Gate) settleAfter(ctx context.Context, name string) error {
+	v, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(name).Meta).Field("buckets").Build()).AsInt64()
+	if rueidis.IsRedisNil(err) || err == nil && v <= 1 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = g.SettleDebt(ctx, SKUOf(name))
+	return err
 }

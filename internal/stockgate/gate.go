@@ -351,6 +351,12 @@ func (g *Gate) Finalize(ctx context.Context, sku string, outcomes []Outcome) (un
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: finalize: %w", err)
 	}
+	if vals[1] > 0 {
+		// Units given back in one bucket of a split sale may owe another's debt.
+		if err := g.settleAfter(ctx, sku); err != nil {
+			return vals[1], fmt.Errorf("stockgate: finalize: settling debts: %w", err)
+		}
+	}
 	return vals[1], nil
 }
 
