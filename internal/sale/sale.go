@@ -50,7 +50,7 @@ type SKU struct {
 func (s SKU) BucketCount() int { return max(s.Buckets, 1) }
 
 // SKUOfBucket returns the SKU of a stock bucket's name (the gate names
-// bucket 0 by the SKU id and bucket b > 0 "<sku>~<b>-<n>"; '~' is not a
+// bucket 0 by the SKU id and bucket b > 0 "<sku>~<n>"; '~' is not a
 // SKU id character): the name itself for a SKU id.
 func SKUOfBucket(name string) string {
 	for i := 0; i < len(name); i++ {

@@ -76,20 +76,35 @@ func slotOf(tag string) int {
 
 // BucketName returns the name (the hash tag) of bucket b of k of sku: sku
 // itself for bucket 0, so a sale with one bucket keeps its keys; for b > 0
-// "<sku>~<b>-<n>" with n the first suffix whose slot lies in
-// [b*16384/k, (b+1)*16384/k). Deterministic: every instance computes the
-// same names, and the k tags spread evenly over the slot range.
-func BucketName(sku string, b, k int) string {
-	if b == 0 || k <= 1 {
-		return sku
+// "<sku>~<n>" with n the first suffix whose slot is exactly
+// slot(sku) + b*16384/k (mod 16384). Deterministic: every instance computes
+// the same names, and the k tags sit at equal distances around the slot
+// ring, so on a cluster whose primaries hold equal contiguous slot ranges
+// (redis-cli --cluster create) k = primaries puts one bucket on each, and
+// a multiple of them as many on each.
+func BucketName(sku string, b, k int) string { return BucketNames(sku, k)[b] }
+
+// bucketNames computes BucketNames: one pass over the suffixes until every
+// target slot is hit (about 16384 * ln k tries).
+func bucketNames(sku string, k int) []string {
+	names := make([]string, k)
+	names[0] = sku
+	s0 := slotOf(sku)
+	need := make(map[int]int, k-1)
+	for b := 1; b < k; b++ {
+		need[(s0+b*16384/k)%16384] = b
 	}
-	lo, hi := b*16384/k, (b+1)*16384/k
-	for n := 0; ; n++ {
-		name := sku + BucketSep + strconv.Itoa(b) + "-" + strconv.Itoa(n)
-		if s := slotOf(name); s >= lo && s < hi {
-			return name
+	for n := 0; len(need) > 0 && n < 1<<24; n++ {
+		name := sku + BucketSep + strconv.Itoa(n)
+		if b, ok := need[slotOf(name)]; ok {
+			names[b] = name
+			delete(need, slotOf(name))
 		}
 	}
+	for _, b := range need { // never seen: CRC16 reaches every slot long before
+		names[b] = sku + BucketSep + "b" + strconv.Itoa(b)
+	}
+	return names
 }
 
 // SKUOf returns the SKU of a bucket name (the name itself for bucket 0).
@@ -105,20 +120,20 @@ func HomeBucket(user string, k int) int {
 	return int(h.Sum32() % uint32(k))
 }
 
-var bucketNames sync.Map // sku NUL k -> []string
+var bucketCache sync.Map // sku NUL k -> []string
 
 // BucketNames returns the names of the k buckets of sku, bucket 0 first.
 func BucketNames(sku string, k int) []string {
 	k = max(k, 1)
 	key := sku + "\x00" + strconv.Itoa(k)
-	if v, ok := bucketNames.Load(key); ok {
+	if v, ok := bucketCache.Load(key); ok {
 		return v.([]string)
 	}
-	names := make([]string, k)
-	for b := range names {
-		names[b] = BucketName(sku, b, k)
+	names := []string{sku}
+	if k > 1 {
+		names = bucketNames(sku, k)
 	}
-	bucketNames.Store(key, names)
+	bucketCache.Store(key, names)
 	return names
 }
 
