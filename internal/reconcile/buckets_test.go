@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/rueidis"
 
 	"github.com/flashsale/flashsale/internal/invariant"
 	"github.com/flashsale/flashsale/internal/orderstore"
@@ -24,6 +25,7 @@ type splitEnv struct {
 	ctx   context.Context
 	store *orderstore.Store
 	gate  *stockgate.Gate
+	c     rueidis.Client
 	sync  *reconcile.Syncer
 }
 
@@ -39,8 +41,10 @@ func newSplitEnv(t *testing.T) *splitEnv {
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	gate := newGate(t)
-	return &splitEnv{t: t, ctx: ctx, store: store, gate: gate, sync: reconcile.NewSyncer(store, gate, nil, slog.New(slog.DiscardHandler))}
+	url, prefix := testenv.Redis(t)
+	c := testenv.RedisClient(t, url)
+	gate := stockgate.New(c, prefix)
+	return &splitEnv{t: t, ctx: ctx, store: store, gate: gate, c: c, sync: reconcile.NewSyncer(store, gate, nil, slog.New(slog.DiscardHandler))}
 }
 
 // buy makes n concurrent purchases of one unit by users u0..u(users-1),
@@ -305,5 +309,30 @@ func TestSplitSaleRefusalAndReconcile(t *testing.T) {
 	}
 	if r, err := invariant.Check(ctx, e.store, e.gate, sku, nil, true); err != nil || !r.OK() {
 		t.Fatalf("invariants: %v %v", r.Violations, err)
+	}
+
+	// Units lost from one bucket (a restock of 6, then 2 of them gone from
+	// bucket 2): the reconciler sees the sum short by 2, twice, and
+	// repairs it by a rebuild of every bucket.
+	if _, err := e.sync.Patch(ctx, sku, func(cur sale.SKU) (orderstore.SKUChange, error) {
+		return orderstore.SKUChange{TotalStock: cur.TotalStock + 6, PerUserLimit: cur.PerUserLimit, Buckets: cur.Buckets}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.c
+	if err := c.Do(ctx, c.B().Hincrby().Key(e.gate.KeysOf(stockgate.BucketNames(sku, 3)[2]).Meta).Field("avail").Increment(-2).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for pass := 1; pass <= 2; pass++ {
+		rep, err := rec.RunOnce(ctx, []string{sku}, time.Now())
+		if err != nil || rep.SKUs[0].Drift != -2 {
+			t.Fatalf("pass %d: %+v %v, want a drift of -2", pass, rep, err)
+		}
+	}
+	if f := e.exact(sku, "repaired"); f.Available != 6 {
+		t.Fatalf("after the repair: %d available, want 6", f.Available)
+	}
+	if rep, err := rec.RunOnce(ctx, []string{sku}, time.Now()); err != nil || rep.SKUs[0].Drift != 0 {
+		t.Fatalf("after the repair: %+v %v", rep, err)
 	}
 }
