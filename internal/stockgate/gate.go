@@ -599,14 +599,17 @@ func (g *Gate) Adjust(ctx context.Context, sku string, cfg Config, delta int64) 
 	return vals[1], nil
 }
 
-// Available returns the units available in Redis; ok is false when the SKU is not loaded.
+// Available returns the units available in Redis (for a split sale the sum
+// over its buckets, units in transfer included); ok is false when the SKU
+// is not loaded.
 func (g *Gate) Available(ctx context.Context, sku string) (n int64, ok bool, err error) {
-	k, err := g.Buckets(ctx, sku)
+	// One read for a sale in one bucket: its avail and its number of buckets.
+	m, err := g.c.Do(ctx, g.c.B().Hmget().Key(g.KeysOf(sku).Meta).Field("avail", "buckets").Build()).ToArray()
 	if err != nil {
-		return 0, false, err
+		return 0, false, fmt.Errorf("stockgate: available: %w", err)
 	}
-	if k > 1 {
-		bs, err := g.ReadBuckets(ctx, BucketNames(sku, k), false)
+	if k, err := m[1].AsInt64(); err == nil && k > 1 {
+		bs, err := g.ReadBuckets(ctx, BucketNames(sku, int(k)), false)
 		if err != nil {
 			return 0, false, err
 		}
@@ -618,7 +621,7 @@ func (g *Gate) Available(ctx context.Context, sku string) (n int64, ok bool, err
 		}
 		return n, true, nil
 	}
-	n, err = g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Meta).Field("avail").Build()).AsInt64()
+	n, err = m[0].AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, false, nil
 	}
