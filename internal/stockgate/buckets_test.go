@@ -312,3 +312,40 @@ func TestBucketsTransferSweep(t *testing.T) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// A transfer half done when the sale is rebuilt (every bucket fenced and
+// seeded again from the database, which counts the units in transfer) never
+// completes after it: its credit names the receiver's old epoch and is
+// refused, and its journal entry is gone, so nothing is refunded either.
+func TestBucketsTransferAcrossRebuild(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	const k = 2
+	seedSplit(t, g, "rb", k, 10, 5)
+	names := stockgate.BucketNames("rb", k)
+	bs, err := g.ReadBuckets(ctx, names, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, id, err := g.TransferOutID(ctx, names[1], names[0], bs[0].Epoch, 3, k, time.Now())
+	if err != nil || n != 3 {
+		t.Fatalf("transfer out: %d %v", n, err)
+	}
+	for _, name := range names {
+		if err := g.Fence(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := g.SeedSplit(ctx, "rb", stockgate.Config{PerUserLimit: 5}, k, 10, nil, nil, nil, nil, "e2"); err != nil || !ok {
+		t.Fatalf("reseed: %v %v", ok, err)
+	}
+	if err := g.CompleteTransfer(ctx, names[1], id, names[0], bs[0].Epoch, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.SweepTransfers(ctx, names[1], time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if left, transit := bucketAvail(t, g, "rb", k); left[0] != 5 || left[1] != 5 || transit != 0 {
+		t.Fatalf("after the rebuild and the late credit: %v transit %d, want [5 5]", left, transit)
+	}
+}
