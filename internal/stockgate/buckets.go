@@ -337,6 +337,10 @@ func (g *Gate) readInFlightBuckets(ctx context.Context, sku string, k int) (InFl
 // very busy sale).
 const maxRefills = 32
 
+// maxSpins bounds the reads of every bucket one refill makes (waiting for
+// transfers in progress, or for two reads in a row to agree).
+const maxSpins = 500
+
 // reserveBuckets is ReserveLimited of a sale split in k > 1 buckets: the
 // reservation is made in the buyer's home bucket; when it has too few
 // units, units move to it from the others and it tries again. The rate
@@ -380,6 +384,10 @@ func (g *Gate) reserveBuckets(ctx context.Context, r sale.Reservation, l Limits,
 func (g *Gate) refill(ctx context.Context, names []string, home int, want int64, k int) (int64, error) {
 	var prev []BucketState
 	for spin := 0; ; spin++ {
+		if spin > maxSpins {
+			// Never a sold_out the buckets did not show at one instant.
+			return 0, fmt.Errorf("%w: stock buckets of %s kept moving", sale.ErrBusy, names[0])
+		}
 		bs, err := g.ReadBuckets(ctx, names, false)
 		if err != nil {
 			return 0, err
@@ -415,10 +423,8 @@ func (g *Gate) refill(ctx context.Context, names []string, home int, want int64,
 			}
 		}
 		if d < 0 {
-			// Only transfers in progress hold units: they land shortly.
-			if spin > 200 {
-				return 0, fmt.Errorf("%w: transfers of %s did not complete", sale.ErrBusy, names[0])
-			}
+			// Only transfers in progress hold units: they land shortly
+			// (or the sweeper finishes them).
 			time.Sleep(time.Millisecond)
 			continue
 		}
