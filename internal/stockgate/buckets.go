@@ -550,9 +550,8 @@ func (g *Gate) restoreBuckets(ctx context.Context, sku string, rs []Release, k i
 		}
 		units += u
 	}
-	if _, err := g.SettleDebt(ctx, sku); err != nil {
-		return units, fmt.Errorf("stockgate: restore: settling debts: %w", err)
-	}
+	// Best effort, as after a refusal (see Finalize).
+	_, _ = g.SettleDebt(ctx, sku)
 	return units, nil
 }
 
