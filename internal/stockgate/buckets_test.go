@@ -349,3 +349,40 @@ func TestBucketsTransferAcrossRebuild(t *testing.T) {
 		t.Fatalf("after the rebuild and the late credit: %v transit %d, want [5 5]", left, transit)
 	}
 }
+
+// The janitor works per bucket: each bucket of an ended split sale is
+// dropped (with its transfer journals) once nothing of it is in flight,
+// and leaves the registry.
+func TestBucketsExpirePerBucket(t *testing.T) {
+	g, c := newGate(t)
+	ctx := context.Background()
+	const k = 3
+	ended := time.Now().Add(-time.Hour)
+	if ok, err := g.SeedSplit(ctx, "ex", stockgate.Config{PerUserLimit: 1, EndsAt: ended}, k, 9, nil, nil, nil, nil, "e1"); err != nil || !ok {
+		t.Fatalf("seed: %v %v", ok, err)
+	}
+	names := stockgate.BucketNames("ex", k)
+	bs, _ := g.ReadBuckets(ctx, names, false)
+	if _, err := g.TransferOut(ctx, names[2], names[1], bs[1].Epoch, 1, k, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := g.SKUs(ctx)
+	if err != nil || len(reg) != k {
+		t.Fatalf("registry %v %v", reg, err)
+	}
+	for _, n := range reg {
+		if dropped, err := g.Expire(ctx, n, time.Now(), time.Minute); err != nil || !dropped {
+			t.Fatalf("expire %s: %v %v", n, dropped, err)
+		}
+	}
+	if reg, _ := g.SKUs(ctx); len(reg) != 0 {
+		t.Fatalf("registry after expiry: %v", reg)
+	}
+	for _, n := range names {
+		for _, key := range []string{g.KeysOf(n).Meta, g.Prefix() + ":{" + n + "}:xfer"} {
+			if e, err := c.Do(ctx, c.B().Exists().Key(key).Build()).AsInt64(); err != nil || e != 0 {
+				t.Fatalf("%s still exists (%v)", key, err)
+			}
+		}
+	}
+}
