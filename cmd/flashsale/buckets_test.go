@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,7 +41,22 @@ func TestSplitSaleEndToEnd(t *testing.T) {
 		t.Fatalf("redis buckets %d %v", k, err)
 	}
 
+	// Every call's start and end on one sequence: a sold_out answered
+	// before a purchase that succeeded had even begun would be a sold_out
+	// while the sale still had units (it is checked after each wave).
+	var seq atomic.Int64
 	buyAll := func(prefix string, n int) (accepted []string, users []string, codes map[string]int) {
+		var okStarts, soldOutEnds []int64
+		defer func() {
+			for _, e := range soldOutEnds {
+				for _, s := range okStarts {
+					if s > e {
+						t.Errorf("%s: a sold_out (seq %d) before a successful purchase began (seq %d)", prefix, e, s)
+						return
+					}
+				}
+			}
+		}()
 		var mu sync.Mutex
 		codes = map[string]int{}
 		var wg sync.WaitGroup
@@ -52,11 +68,17 @@ func TestSplitSaleEndToEnd(t *testing.T) {
 				defer wg.Done()
 				defer func() { <-sem }()
 				u := fmt.Sprintf("%s-%d", prefix, i)
+				start := seq.Add(1)
 				r := h.buy(u, "split", 1, "")
+				end := seq.Add(1)
 				mu.Lock()
 				defer mu.Unlock()
 				if r.Status == http.StatusAccepted {
 					accepted, users = append(accepted, r.str("order_id")), append(users, u)
+					okStarts = append(okStarts, start)
+				}
+				if r.code() == "sold_out" {
+					soldOutEnds = append(soldOutEnds, end)
 				}
 				codes[fmt.Sprint(r.Status, " ", r.code())]++
 			}()
