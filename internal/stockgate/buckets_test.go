@@ -386,3 +386,29 @@ func TestBucketsExpirePerBucket(t *testing.T) {
 		}
 	}
 }
+
+// runBucketScripts runs every script of the stock buckets (bucketread,
+// xferout, xferin, xferdone; bucketcheck runs inside reserve) on g, for
+// tests that check each gate script on a Redis Cluster: a sale of 3 units
+// split in 3 buckets, one buyer of bucket 0 taking 2 (one transfer).
+func runBucketScripts(t *testing.T, g *stockgate.Gate, sku string) {
+	t.Helper()
+	ctx := context.Background()
+	if ok, err := g.SeedSplit(ctx, sku, stockgate.Config{PerUserLimit: 5}, 3, 3, nil, nil, nil, nil, "e1"); err != nil || !ok {
+		t.Fatalf("seed split: %v %v", ok, err)
+	}
+	if _, err := g.ReserveIn(ctx, res(sku, userIn(0, 3, 0), 2), stockgate.Limits{}, 3); err != nil {
+		t.Fatalf("reserve with a transfer: %v", err)
+	}
+	if _, err := g.SettleDebt(ctx, sku); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := g.ReadInFlight(ctx, sku); err != nil || f.Available != 1 || f.Units() != 2 {
+		t.Fatalf("after the transfer: %+v %v", f, err)
+	}
+}
+
+func TestBucketScripts(t *testing.T) {
+	g, _ := newGate(t)
+	runBucketScripts(t, g, "scripts")
+}

@@ -49,6 +49,7 @@ func TestBucketsSpreadOverClusterPrimaries(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	g := stockgate.New(c, "fs")
+	runBucketScripts(t, g, "scripts") // every bucket script on the cluster: none is CROSSSLOT
 	for _, k := range []int{3, 6} {
 		t.Run(fmt.Sprintf("buckets=%d", k), func(t *testing.T) { clusterSale(t, c, g, fmt.Sprintf("hot%d", k), k) })
 	}
