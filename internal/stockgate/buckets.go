@@ -354,6 +354,12 @@ func (g *Gate) reserveBuckets(ctx context.Context, r sale.Reservation, l Limits,
 	l.SKU, l.IP = l.SKU.share(k), l.IP.share(k)
 	for round := 0; ; round++ {
 		res, err := g.reserveIn(ctx, r, l, k)
+		if errors.Is(err, sale.ErrNotWarmed) {
+			// The home bucket of a stale split may not exist at all.
+			if g.splitOtherwise(ctx, r.SKU, k) {
+				return ReserveResult{}, ErrBucketsChanged
+			}
+		}
 		var so *SoldOutError
 		if !errors.As(err, &so) {
 			if err == nil && res.Available == 0 {
@@ -687,4 +693,19 @@ func (g *Gate) settleAfter(ctx context.Context, name string) error {
 	}
 	_, err = g.SettleDebt(ctx, SKUOf(name))
 	return err
+}
+
+// splitOtherwise reports whether Redis holds sku (bucket 0) split in
+// another number of buckets than k: recorded so, or loaded without a
+// number (1).
+func (g *Gate) splitOtherwise(ctx context.Context, sku string, k int) bool {
+	m, err := g.c.Do(ctx, g.c.B().Hmget().Key(g.KeysOf(sku).Meta).Field("buckets", "epoch").Build()).ToArray()
+	if err != nil {
+		return false
+	}
+	if n, err := m[0].AsInt64(); err == nil {
+		return int(n) != k
+	}
+	_, err = m[1].ToString()
+	return err == nil && k != 1
 }

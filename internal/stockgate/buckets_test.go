@@ -412,3 +412,12 @@ func TestBucketScripts(t *testing.T) {
 	g, _ := newGate(t)
 	runBucketScripts(t, g, "scripts")
 }
+
+// A bucket not loaded yet is "not warmed" (the caller loads the sale),
+// whatever number of buckets the caller believes.
+func TestBucketsUnloadedIsNotWarmed(t *testing.T) {
+	g, _ := newGate(t)
+	if _, err := g.ReserveIn(context.Background(), res("nw", "u1", 1), stockgate.Limits{}, 4); !errors.Is(err, sale.ErrNotWarmed) {
+		t.Fatalf("unloaded split sale: %v, want sale.ErrNotWarmed", err)
+	}
+}
