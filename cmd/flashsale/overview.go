@@ -11,6 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/stockgate"
 )
 
 // overviewRoute is the route whose latency the overview reports: purchases.
@@ -61,6 +62,11 @@ type saleOverview struct {
 	InFlightUnits *int64 `json:"in_flight_units"`
 	// Outbox counts reservations not yet acknowledged by the stream.
 	Outbox *int64 `json:"outbox"`
+	// Buckets is the number of stock buckets of the sale; BucketAvailable,
+	// for a split sale, each bucket's units (net of its debt) in bucket
+	// order. The figures above are sums over the buckets.
+	Buckets         int     `json:"buckets"`
+	BucketAvailable []int64 `json:"bucket_available,omitempty"`
 }
 
 type pipelineOverview struct {
@@ -127,7 +133,7 @@ func (a *app) overview(ctx context.Context) (any, error) {
 	defer cancel()
 	for i, s := range skus {
 		ov.Sales[i] = saleOverview{SKU: s.ID, StartsAt: timePtr(s.StartsAt), EndsAt: timePtr(s.EndsAt),
-			PerUserLimit: s.PerUserLimit, TotalStock: s.TotalStock, DBStock: s.Stock, UpdatedAt: s.UpdatedAt}
+			PerUserLimit: s.PerUserLimit, TotalStock: s.TotalStock, DBStock: s.Stock, UpdatedAt: s.UpdatedAt, Buckets: s.BucketCount()}
 		wg.Go(func() { a.overviewRedis(rctx, &ov.Sales[i], fail) })
 	}
 
@@ -196,6 +202,16 @@ func (a *app) overviewRedis(ctx context.Context, so *saleOverview, fail func(str
 	so.RedisLoaded, so.InFlight, so.InFlightUnits, so.Outbox = &gs.Loaded, &gs.InFlight, &gs.Units, &gs.Outbox
 	if gs.Loaded {
 		so.RedisAvailable = &gs.Available
+	}
+	if so.Buckets > 1 {
+		bs, err := a.gate.ReadBuckets(ctx, stockgate.BucketNames(so.SKU, so.Buckets), false)
+		if err != nil {
+			fail("redis", err)
+			return
+		}
+		for _, b := range bs {
+			so.BucketAvailable = append(so.BucketAvailable, b.Avail-b.Debt)
+		}
 	}
 }
 

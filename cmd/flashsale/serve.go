@@ -272,6 +272,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		cat.Run(wctx, cfg.CatalogRefresh, func(err error) { log.Warn("catalog refresh", "err", err) })
 	})
 	a.goRun(func() { a.expireLoop(wctx) })
+	a.goRun(func() { a.transferLoop(wctx) })
 	a.goRun(func() { a.historyRecorder().Run(wctx) })
 	a.goRun(func() { monitor.Run(wctx, cfg.MonitorEvery) })
 	a.goRun(func() { a.lifecycle.RunRestorer(wctx, 500*time.Millisecond) })
@@ -408,6 +409,35 @@ func (g timeoutGate) Reserve(ctx context.Context, r sale.Reservation) (stockgate
 	res, err := g.Gate.Reserve(ctx, r)
 	g.m.Gate(time.Since(start))
 	return res, err
+}
+
+// transferLoop finishes, every second, the transfers between stock buckets
+// whose caller did not (stockgate.SweepTransfers): units in transfer sell
+// again within about that.
+func (a *app) transferLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			names, err := a.gate.SKUs(ctx)
+			if err != nil {
+				continue
+			}
+			for _, n := range names {
+				if _, err := a.gate.SweepTransfers(ctx, n, now.Add(-2*time.Second)); err != nil {
+					a.log.Warn("stock bucket transfers", "bucket", n, "err", err)
+				}
+				if sale.SKUOfBucket(n) == n {
+					if _, err := a.gate.SettleDebt(ctx, n); err != nil {
+						a.log.Warn("stock bucket debts", "sku_id", n, "err", err)
+					}
+				}
+			}
+		}
+	}
 }
 
 // expireLoop drops Redis keys of sales that ended more than KeyRetention ago.

@@ -295,7 +295,8 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 	applied, refused, dups := 0, 0, 0
 	for i, o := range outs {
 		ref := o.Status == sale.StatusFailed
-		bySKU[rs[i].SKU] = append(bySKU[rs[i].SKU], stockgate.Outcome{OrderID: o.OrderID, Refused: ref, KeyOrderID: o.KeyOrderID})
+		// By stock bucket: a refusal gives its units back where they were taken.
+		bySKU[stockgate.BucketOf(rs[i])] = append(bySKU[stockgate.BucketOf(rs[i])], stockgate.Outcome{OrderID: o.OrderID, Refused: ref, KeyOrderID: o.KeyOrderID})
 		switch {
 		case o.Duplicate:
 			dups++
@@ -322,7 +323,7 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 	wg.Wait()
 	var ferr error
 	for i, m := range msgs {
-		if err, bad := failed[rs[i].SKU]; bad {
+		if err, bad := failed[stockgate.BucketOf(rs[i])]; bad {
 			// Committed, but Redis not yet closed: the redelivery is a
 			// duplicate in the database and closes it then. Redis being
 			// down is not the message's fault: never dead-letter for it.

@@ -106,7 +106,7 @@ func (s *Service) Discard(ctx context.Context, seq uint64) (Action, error) {
 		return Action{}, err
 	}
 	refused := !already || status == sale.StatusFailed || status == sale.StatusCancelled
-	units, err := s.gate.Finalize(ctx, r.SKU, []stockgate.Outcome{{OrderID: r.OrderID, Refused: refused && status != sale.StatusCancelled}})
+	units, err := s.gate.Finalize(ctx, stockgate.BucketOf(r), []stockgate.Outcome{{OrderID: r.OrderID, Refused: refused && status != sale.StatusCancelled}})
 	if err != nil {
 		return Action{}, err
 	}

@@ -26,6 +26,7 @@ var errorCodes = []struct {
 	code    string
 	message string
 }{
+	{sale.ErrInvalidBuckets, http.StatusBadRequest, "invalid_buckets", "buckets must be a whole number 1..64."},
 	{sale.ErrInvalid, http.StatusBadRequest, "invalid_request", "The request is invalid."},
 	{errUnauthenticated, http.StatusUnauthorized, "unauthenticated", "Authentication is missing or not valid."},
 	{errAdminDisabled, http.StatusForbidden, "admin_disabled", "The admin API is disabled on this instance."},
@@ -38,6 +39,7 @@ var errorCodes = []struct {
 	{sale.ErrSaleNotOpen, http.StatusConflict, "sale_not_started", "The sale has not started yet."},
 	{sale.ErrSaleEnded, http.StatusConflict, "sale_ended", "The sale has ended."},
 	{sale.ErrStockConflict, http.StatusConflict, "stock_conflict", "More units are sold or reserved than the new stock allows; nothing was changed."},
+	{sale.ErrBucketsInFlight, http.StatusConflict, "buckets_in_flight", "The sale has reservations in flight, so its number of stock buckets cannot change now; nothing was changed. Retry in a moment."},
 	{sale.ErrOrderExpired, http.StatusConflict, "order_expired", "The order was cancelled or its payment deadline has passed."},
 	{sale.ErrOrderPaid, http.StatusConflict, "order_paid", "The order is paid."},
 	{sale.ErrOrderFailed, http.StatusConflict, "order_failed", "The order failed: it never held stock."},

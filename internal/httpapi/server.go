@@ -464,7 +464,12 @@ type putSKURequest struct {
 	PerUserLimit *int64     `json:"per_user_limit"`
 	StartsAt     *time.Time `json:"starts_at"`
 	EndsAt       *time.Time `json:"ends_at"`
+	// Buckets is the number of stock buckets (default 1).
+	Buckets *int `json:"buckets"`
 }
+
+// badBuckets is the 400 invalid_buckets of a number of buckets out of range.
+var badBuckets = &publicError{base: sale.ErrInvalidBuckets, msg: fmt.Sprintf("buckets must be a whole number 1..%d", sale.MaxBuckets)}
 
 type skuResponse struct {
 	SKU          string     `json:"sku_id"`
@@ -487,12 +492,13 @@ type adminSKUResponse struct {
 	PerUserLimit int64      `json:"per_user_limit"`
 	StartsAt     *time.Time `json:"starts_at"`
 	EndsAt       *time.Time `json:"ends_at"`
+	Buckets      int        `json:"buckets"`
 	Created      bool       `json:"created"`
 }
 
 func adminSKUJSON(sku sale.SKU, created bool) adminSKUResponse {
 	return adminSKUResponse{SKU: sku.ID, Stock: sku.TotalStock, TotalStock: sku.TotalStock, Sold: sku.TotalStock - sku.Stock,
-		DBStock: sku.Stock, PerUserLimit: sku.PerUserLimit, StartsAt: timePtr(sku.StartsAt), EndsAt: timePtr(sku.EndsAt), Created: created}
+		DBStock: sku.Stock, PerUserLimit: sku.PerUserLimit, StartsAt: timePtr(sku.StartsAt), EndsAt: timePtr(sku.EndsAt), Buckets: sku.BucketCount(), Created: created}
 }
 
 // getAdminSKU answers the sale as the database has it, with its allocation.
@@ -523,8 +529,13 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 		return invalid("stock is required, 0..%d", sale.MaxStock)
 	case req.PerUserLimit == nil || *req.PerUserLimit < 1 || *req.PerUserLimit > sale.MaxPerUserLimit:
 		return invalid("per_user_limit is required, 1..%d", sale.MaxPerUserLimit)
+	case req.Buckets != nil && (*req.Buckets < 1 || *req.Buckets > sale.MaxBuckets):
+		return badBuckets
 	}
-	c := orderstore.SKUChange{ID: id, TotalStock: *req.Stock, PerUserLimit: *req.PerUserLimit}
+	c := orderstore.SKUChange{ID: id, TotalStock: *req.Stock, PerUserLimit: *req.PerUserLimit, Buckets: 1}
+	if req.Buckets != nil {
+		c.Buckets = *req.Buckets
+	}
 	if req.StartsAt != nil {
 		c.StartsAt = req.StartsAt.UTC()
 	}
@@ -572,6 +583,7 @@ type patchSKURequest struct {
 	PerUserLimit json.RawMessage `json:"per_user_limit"`
 	StartsAt     json.RawMessage `json:"starts_at"`
 	EndsAt       json.RawMessage `json:"ends_at"`
+	Buckets      json.RawMessage `json:"buckets"`
 }
 
 // patchSKU changes only the fields the body names, computed from the sale
@@ -595,6 +607,12 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request) error {
 	}
 	var stock, limit *int64
 	var startsAt, endsAt *time.Time
+	var buckets *int
+	if req.Buckets != nil {
+		if err := decodeJSON(req.Buckets, &buckets); err != nil || buckets == nil || *buckets < 1 || *buckets > sale.MaxBuckets {
+			return badBuckets
+		}
+	}
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
@@ -616,7 +634,10 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request) error {
 		return invalid("per_user_limit must be 1..%d", sale.MaxPerUserLimit)
 	}
 	sku, err := s.admin.Patch(r.Context(), id, func(cur sale.SKU) (orderstore.SKUChange, error) {
-		c := orderstore.SKUChange{ID: id, TotalStock: cur.TotalStock, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt}
+		c := orderstore.SKUChange{ID: id, TotalStock: cur.TotalStock, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt, Buckets: cur.BucketCount()}
+		if buckets != nil {
+			c.Buckets = *buckets
+		}
 		if stock != nil {
 			c.TotalStock = *stock
 		}
@@ -671,7 +692,7 @@ func (s *Server) restockSKU(w http.ResponseWriter, r *http.Request) error {
 		if total < 0 || total > sale.MaxStock {
 			return orderstore.SKUChange{}, invalid("delta %d would take stock from %d to %d, outside 0..%d", delta, cur.TotalStock, total, sale.MaxStock)
 		}
-		return orderstore.SKUChange{ID: id, TotalStock: total, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt}, nil
+		return orderstore.SKUChange{ID: id, TotalStock: total, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt, Buckets: cur.BucketCount()}, nil
 	})
 	if err != nil {
 		return changeError(err)

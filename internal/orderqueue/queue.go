@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flashsale/flashsale/internal/sale"
 )
 
 // Names used on the broker. They are part of the operations contract.
@@ -159,7 +161,9 @@ func deleteRetired(ctx context.Context, st jetstream.Stream) error {
 
 // Message is one reservation to publish.
 type Message struct {
-	ID   string // order id; the broker's de-duplication id
+	ID string // order id; the broker's de-duplication id
+	// SKU is the reservation's SKU, or the name of its stock bucket (the
+	// subject is the SKU's either way: sale.SKUOfBucket).
 	SKU  string
 	Data []byte
 	// Trace, if set, is the W3C trace context of the purchase (traceparent,
@@ -174,7 +178,7 @@ func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 	errs := make([]error, len(msgs))
 	futs := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
-		msg := &nats.Msg{Subject: SubjectPrefix + m.SKU, Data: m.Data}
+		msg := &nats.Msg{Subject: SubjectPrefix + sale.SKUOfBucket(m.SKU), Data: m.Data}
 		if len(m.Trace) > 0 {
 			msg.Header = make(nats.Header, len(m.Trace))
 			for k, v := range m.Trace {

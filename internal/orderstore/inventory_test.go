@@ -102,7 +102,7 @@ func TestPutSKU(t *testing.T) {
 			want:   want{err: sale.ErrInvalid},
 		},
 	}
-	ignoreUpdated := cmpopts.IgnoreFields(sale.SKU{}, "UpdatedAt")
+	ignoreUpdated := cmpopts.IgnoreFields(sale.SKU{}, "UpdatedAt", "Buckets")
 	for i, st := range steps {
 		// One unit per buyer, so the per-user limit never refuses them.
 		for k := range st.sell {
@@ -203,5 +203,36 @@ func TestPutSKUConcurrentCreate(t *testing.T) {
 	}
 	if l := checkInvariants(t, s, "RACE"); l.Stock != 50 || l.Total != 50 {
 		t.Errorf("ledger = %+v, want stock = total = 50", l)
+	}
+}
+
+// The number of stock buckets is stored with the sale, replaced by every
+// change (0 means 1), and refused outside 1..sale.MaxBuckets by the
+// database's own check too.
+func TestPutSKUBuckets(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	steps := []struct {
+		buckets, want int
+		err           error
+	}{
+		{0, 1, nil}, {4, 4, nil}, {sale.MaxBuckets, sale.MaxBuckets, nil}, {1, 1, nil},
+		{sale.MaxBuckets + 1, 1, sale.ErrInvalid}, {-1, 1, sale.ErrInvalid}, {3, 3, nil},
+	}
+	for i, st := range steps {
+		_, _, _, err := s.PutSKU(ctx, orderstore.SKUChange{ID: "B", TotalStock: 10, PerUserLimit: 2, Buckets: st.buckets})
+		if !errors.Is(err, st.err) {
+			t.Fatalf("step %d: buckets %d: %v, want %v", i, st.buckets, err, st.err)
+		}
+		got, err := s.SKU(ctx, "B")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Buckets != st.want {
+			t.Fatalf("step %d: stored buckets %d, want %d", i, got.Buckets, st.want)
+		}
+	}
+	if _, err := s.DB().ExecContext(ctx, "UPDATE inventory SET buckets = 65 WHERE sku_id = 'B'"); err == nil {
+		t.Fatal("the database accepted 65 buckets")
 	}
 }

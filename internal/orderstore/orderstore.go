@@ -227,7 +227,12 @@ type SKUChange struct {
 	// StartsAt and EndsAt bound the sale window; zero means none. When both are
 	// set EndsAt must be after StartsAt.
 	StartsAt, EndsAt time.Time
+	// Buckets is the number of stock buckets of the sale in Redis:
+	// 1..sale.MaxBuckets; 0 means 1.
+	Buckets int
 }
+
+func (c SKUChange) buckets() int { return max(c.Buckets, 1) }
 
 func (c SKUChange) validate() error {
 	switch {
@@ -239,6 +244,8 @@ func (c SKUChange) validate() error {
 		return fmt.Errorf("%w: per_user_limit %d outside 1..%d", sale.ErrInvalid, c.PerUserLimit, sale.MaxPerUserLimit)
 	case !c.StartsAt.IsZero() && !c.EndsAt.IsZero() && !c.EndsAt.After(c.StartsAt):
 		return fmt.Errorf("%w: ends_at must be after starts_at", sale.ErrInvalid)
+	case c.Buckets < 0 || c.Buckets > sale.MaxBuckets:
+		return fmt.Errorf("%w: buckets %d", sale.ErrInvalidBuckets, c.Buckets)
 	}
 	return nil
 }

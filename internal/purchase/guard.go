@@ -114,7 +114,12 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 		IsSuccessful: func(err error) bool { return err == nil || isBusiness(err) },
 		// A sale being (re)loaded is answered by a healthy Redis: it must not
 		// push purchases to the database while the rebuild runs.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, sale.ErrNotWarmed) },
+		// Neither is a split sale whose buckets moved under the call, or
+		// one split anew since the catalog was read.
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled) || errors.Is(err, sale.ErrNotWarmed) ||
+				errors.Is(err, sale.ErrBusy) || errors.Is(err, stockgate.ErrBucketsChanged)
+		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
 				g.needSync.Store(true)

@@ -233,6 +233,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		IdempotencyKey: req.IdempotencyKey,
 		ClientIP:       req.ClientIP,
 	}
+	lim := s.limits.gate(ipKey)
+	if lim.Buckets = sku.BucketCount(); lim.Buckets > 1 {
+		r.Bucket = stockgate.HomeName(r.SKU, r.User, lim.Buckets)
+	}
 	if s.seller != nil {
 		o, dup, err := s.seller.BuyDirect(ctx, r, now)
 		if err != nil {
@@ -246,7 +250,7 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	clk := newWaitClock()
 	defer clk.put()
 	gr, err := s.guard.reserve(ctx, clk, func(ctx context.Context) (stockgate.ReserveResult, error) {
-		return s.reserve(ctx, r, s.limits.gate(ipKey))
+		return s.reserve(ctx, r, lim)
 	})
 	var le *stockgate.LimitedError
 	var so *stockgate.SoldOutError
@@ -278,6 +282,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		return res, err
 	case errors.Is(err, sale.ErrBusy):
 		return Result{}, err
+	case errors.Is(err, stockgate.ErrBucketsChanged):
+		// The sale was split anew since the catalog was read.
+		s.Catalog.Kick()
+		return Result{}, fmt.Errorf("%w: sale %s was split anew, retry shortly", sale.ErrUnavailable, req.SKU)
 	case errors.Is(err, sale.ErrNotWarmed):
 		s.triggerLoad(r.SKU)
 		// A retry of a purchase that exists gets its order, not 503.
@@ -298,12 +306,12 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 			// The clock's second wait: detached from the buyer, so that
 			// the gate call's timer serves it too (clock.go).
 			actx := clk.start(ctx, s.ack)
-			if err := s.relay.Publish(actx, r.SKU, gr.OrderID, gr.Payload); err != nil && s.log.Enabled(ctx, slog.LevelDebug) {
+			if err := s.relay.Publish(actx, stockgate.BucketOf(r), gr.OrderID, gr.Payload); err != nil && s.log.Enabled(ctx, slog.LevelDebug) {
 				s.log.DebugContext(ctx, "purchase: accepted before the stream acknowledged (outbox holds it)", "order_id", gr.OrderID, "err", err)
 			}
 			clk.stop(actx)
 		} else {
-			s.relay.Notify(ctx, r.SKU, gr.OrderID, gr.Payload)
+			s.relay.Notify(ctx, stockgate.BucketOf(r), gr.OrderID, gr.Payload)
 		}
 	}
 	return Result{OrderID: gr.OrderID, Duplicate: gr.Duplicate, Status: sale.StatusQueued}, nil
@@ -372,7 +380,7 @@ func (s *Service) reserve(ctx context.Context, r sale.Reservation, l stockgate.L
 			}
 			return gr, nil
 		}
-		if isBusiness(err) || errors.Is(err, sale.ErrNotWarmed) || ctx.Err() != nil {
+		if isBusiness(err) || errors.Is(err, sale.ErrNotWarmed) || errors.Is(err, stockgate.ErrBucketsChanged) || ctx.Err() != nil {
 			return gr, err
 		}
 		s.log.WarnContext(ctx, "purchase: gate outcome unknown, asking again with the same order id", "order_id", r.OrderID, "attempt", attempt+1, "err", err)

@@ -194,7 +194,7 @@ func (r *Reconciler) one(ctx context.Context, id string) (SKUReport, error) {
 		sr.Action = ActionWatch
 		return sr, nil
 	case drift < 0 || drift <= r.threshold:
-		w, err := s.Warm(ctx, id)
+		w, err := s.Repair(ctx, id)
 		if err != nil {
 			return sr, err
 		}

@@ -45,6 +45,7 @@ type Gate interface {
 	Adjust(ctx context.Context, sku string, cfg stockgate.Config, delta int64) (int64, error)
 	LockSKU(ctx context.Context, sku, token string, ttl time.Duration) (bool, error)
 	UnlockSKU(ctx context.Context, sku, token string) error
+	BucketGate
 }
 
 // Timing of the SKU change lock (see lock).
@@ -163,8 +164,14 @@ func (s *Syncer) Rebuild(ctx context.Context, id string) (WarmResult, error) {
 		return WarmResult{}, err
 	}
 	defer unlock()
-	if _, err := s.store.SKU(ctx, id); err != nil {
+	sku, err := s.store.SKU(ctx, id)
+	if err != nil {
 		return WarmResult{}, err
+	}
+	if k, split, err := s.split(ctx, sku); err != nil {
+		return WarmResult{}, err
+	} else if split {
+		return s.splitLoad(ctx, sku, token, stockgate.BucketNames(id, k))
 	}
 	if err := s.gate.Fence(ctx, id); err != nil {
 		return WarmResult{}, err
@@ -196,6 +203,16 @@ func (s *Syncer) warmOnce(ctx context.Context, id, token string) (WarmResult, er
 	sku, err := s.store.SKU(ctx, id)
 	if err != nil {
 		return WarmResult{}, err
+	}
+	if k, split, err := s.split(ctx, sku); err != nil {
+		return WarmResult{}, err
+	} else if split {
+		// A split sale loaded as the database says is left alone (a
+		// repair is a Rebuild); otherwise it is loaded anew.
+		if r, ok, err := s.loadedSplit(ctx, sku); err != nil || ok {
+			return r, err
+		}
+		return s.splitLoad(ctx, sku, token, stockgate.BucketNames(id, k))
 	}
 	cfg := stockgate.ConfigOf(sku)
 	cfg.Lock = token
@@ -351,7 +368,8 @@ func (s *Syncer) Patch(ctx context.Context, id string, change func(cur sale.SKU)
 		return sale.SKU{}, err
 	}
 	c.ID = id
-	if c.TotalStock == cur.TotalStock && c.PerUserLimit == cur.PerUserLimit && c.StartsAt.Equal(cur.StartsAt) && c.EndsAt.Equal(cur.EndsAt) {
+	if c.TotalStock == cur.TotalStock && c.PerUserLimit == cur.PerUserLimit && c.StartsAt.Equal(cur.StartsAt) && c.EndsAt.Equal(cur.EndsAt) &&
+		max(c.Buckets, 1) == cur.BucketCount() {
 		return cur, nil // nothing to change: no write, no audit row
 	}
 	sku, _, err := s.put(ctx, token, c)
@@ -365,6 +383,10 @@ func (s *Syncer) put(ctx context.Context, token string, c orderstore.SKUChange) 
 	exists := err == nil
 	if err != nil && !errors.Is(err, sale.ErrUnknownSKU) {
 		return sale.SKU{}, false, err
+	}
+	if exists && (cur.BucketCount() > 1 || max(c.Buckets, 1) > 1) {
+		sku, err := s.putSplit(ctx, token, cur, c)
+		return sku, false, err
 	}
 	var takenFromRedis int64
 	redisLoaded := true

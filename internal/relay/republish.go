@@ -186,7 +186,8 @@ func (r *Republisher) sku(ctx context.Context, sku string, now time.Time, res *R
 	if st.held == nil || now.Sub(st.heldAt) >= r.cfg.After {
 		// Read the stream before trusting an absence: a reservation pending
 		// for the consumer or dead-lettered must not be published again.
-		held, err := r.held.Unapplied(ctx, sku)
+		// (a stock bucket's reservations are on its SKU's subject)
+		held, err := r.held.Unapplied(ctx, sale.SKUOfBucket(sku))
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,9 @@
 package sale
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors of the purchase path. The HTTP layer maps each to a status and a
 // stable machine-readable code; wrap them with %w, never replace them.
@@ -41,4 +44,13 @@ var (
 	ErrBusy = errors.New("the sale is very busy, please try again")
 	// ErrUnavailable is returned when a dependency (Redis, the queue, the database) cannot serve now.
 	ErrUnavailable = errors.New("temporarily unavailable")
+	// ErrBucketsInFlight is returned when an admin change of a sale's
+	// number of stock buckets finds reservations in flight (accepted, not
+	// yet decided by the database): nothing was changed; retry once they
+	// are decided.
+	ErrBucketsInFlight = errors.New("the sale has reservations in flight: its stock buckets cannot be changed now")
 )
+
+// ErrInvalidBuckets is the sale.ErrInvalid of a number of stock buckets
+// outside 1..MaxBuckets.
+var ErrInvalidBuckets = fmt.Errorf("%w: buckets must be 1..%d", ErrInvalid, MaxBuckets)

@@ -41,6 +41,24 @@ type SKU struct {
 	EndsAt   time.Time
 	// UpdatedAt changes on every admin update.
 	UpdatedAt time.Time
+	// Buckets is the number of stock buckets the gate splits the sale
+	// over, each under its own Redis hash tag (1..MaxBuckets; 0 counts as 1).
+	Buckets int
+}
+
+// BucketCount returns the sale's number of stock buckets (at least 1).
+func (s SKU) BucketCount() int { return max(s.Buckets, 1) }
+
+// SKUOfBucket returns the SKU of a stock bucket's name (the gate names
+// bucket 0 by the SKU id and bucket b > 0 "<sku>~<n>"; '~' is not a
+// SKU id character): the name itself for a SKU id.
+func SKUOfBucket(name string) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] == '~' {
+			return name[:i]
+		}
+	}
+	return name
 }
 
 // SaleState is what a buyer sees of a SKU.
@@ -88,6 +106,10 @@ type Reservation struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// ClientIP is the buyer's address as the API saw it (for the audit trail).
 	ClientIP string `json:"client_ip,omitempty"`
+	// Bucket names the gate's stock bucket that holds the reservation
+	// when the sale is split over several (stockgate.BucketName); empty
+	// for the SKU's own (bucket 0).
+	Bucket string `json:"bucket,omitempty"`
 }
 
 // Validate reports whether r is well formed (a message that fails it can never be applied).
@@ -142,6 +164,8 @@ const (
 	MaxPerUserLimit = 10_000
 	// MaxIdempotencyKey is the longest Idempotency-Key accepted.
 	MaxIdempotencyKey = 128
+	// MaxBuckets is the largest number of stock buckets of one SKU.
+	MaxBuckets = 64
 )
 
 // The id checks run on every request (several per purchase): byte loops over

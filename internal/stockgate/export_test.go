@@ -1,6 +1,11 @@
 package stockgate
 
-import "testing"
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+)
 
 // AfterSeedChunk makes Seed call f after each chunk but the last, for the
 // test's duration.
@@ -8,3 +13,30 @@ func AfterSeedChunk(t *testing.T, f func(i int)) {
 	afterSeedChunk = f
 	t.Cleanup(func() { afterSeedChunk = nil })
 }
+
+// TransferOut runs only the first half of a transfer (a caller that died
+// after it), for tests. It returns the units moved.
+func (g *Gate) TransferOut(ctx context.Context, from, to, toEpoch string, units int64, k int, at time.Time) (int64, error) {
+	n, _, err := g.TransferOutID(ctx, from, to, toEpoch, units, k, at)
+	return n, err
+}
+
+// TransferOutID is TransferOut, also returning the transfer id.
+func (g *Gate) TransferOutID(ctx context.Context, from, to, toEpoch string, units int64, k int, at time.Time) (int64, string, error) {
+	id := newTransferID()
+	vals, err := xferOutScript.Exec(ctx, g.c, []string{g.KeysOf(from).Meta, g.xferKey(from)},
+		[]string{id, to, toEpoch, strconv.FormatInt(units, 10), strconv.Itoa(k), strconv.FormatInt(at.UnixMilli(), 10)}).AsIntSlice()
+	if err != nil {
+		return 0, "", err
+	}
+	return vals[0], id, nil
+}
+
+// CompleteTransfer runs the second half of a transfer (a caller that read
+// the entry before a rebuild and goes on after it), for tests.
+func (g *Gate) CompleteTransfer(ctx context.Context, from, id, to, toEpoch string, units int64) error {
+	return g.completeTransfer(ctx, from, id, to, toEpoch, units)
+}
+
+// SlotOf is slotOf, for tests.
+func SlotOf(tag string) int { return slotOf(tag) }

@@ -85,7 +85,7 @@ func New(c rueidis.Client, prefix string) *Gate {
 		c:        c,
 		prefix:   prefix,
 		closedMs: DefaultClosedRetention.Milliseconds(),
-		reserve:  rueidis.NewLuaScript(reserveLua),
+		reserve:  rueidis.NewLuaScript(bucketCheckLua + reserveLua),
 		finalize: rueidis.NewLuaScript(debtLua + finalizeLua),
 		seed:     rueidis.NewLuaScript(seedLua),
 		inflight: rueidis.NewLuaScriptReadOnly(inflightLua),
@@ -181,6 +181,10 @@ type Limits struct {
 	// IPKey identifies the client for the IP limit (an address or a
 	// network such as an IPv6 /64); empty skips the IP limit.
 	IPKey string
+	// Buckets is the number of stock buckets the caller believes the sale
+	// is split in (0 or 1: not split); see ReserveIn. Not a rate limit,
+	// but it travels with the purchase's gate call.
+	Buckets int
 }
 
 // SoldOutError is the sale.ErrSoldOut the gate returns: Available units
@@ -205,6 +209,27 @@ func (g *Gate) limitKeys(sku, user, ipKey string) [3]string {
 // except a repeat of an order id the gate already holds (a retry of a call
 // whose reply was lost).
 func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits) (ReserveResult, error) {
+	return g.ReserveIn(ctx, r, l, l.Buckets)
+}
+
+// ReserveIn is ReserveLimited of a sale the caller believes split in k
+// stock buckets (1 or less: not split). The reservation is made in the
+// buyer's home bucket (r.Bucket is set to it, HomeName); units move to it
+// from the other buckets when it has too few, and sale.ErrSoldOut means
+// the buckets together had fewer than asked for. A sale split otherwise
+// in Redis gives ErrBucketsChanged, nothing written.
+func (g *Gate) ReserveIn(ctx context.Context, r sale.Reservation, l Limits, k int) (ReserveResult, error) {
+	k = max(k, 1)
+	r.Bucket = ""
+	if k > 1 {
+		r.Bucket = HomeName(r.SKU, r.User, k)
+		return g.reserveBuckets(ctx, r, l, k)
+	}
+	return g.reserveIn(ctx, r, l, k)
+}
+
+// reserveIn is one reserve script call in r's bucket.
+func (g *Gate) reserveIn(ctx context.Context, r sale.Reservation, l Limits, k int) (ReserveResult, error) {
 	if err := r.Validate(); err != nil {
 		return ReserveResult{}, fmt.Errorf("%w: %v", sale.ErrInvalid, err)
 	}
@@ -212,7 +237,8 @@ func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits)
 	if err != nil {
 		return ReserveResult{}, err
 	}
-	k := g.KeysOf(r.SKU)
+	name := BucketOf(r)
+	keys := g.KeysOf(name)
 	idem := ""
 	if r.IdempotencyKey != "" {
 		idem = r.User + "\x00" + r.IdempotencyKey
@@ -221,17 +247,18 @@ func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits)
 	if l.IPKey == "" {
 		ip = Rate{}
 	}
-	keys := []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem}
+	ks := []string{keys.Meta, keys.Buyers, keys.Res, keys.Outbox, keys.Idem}
 	args := []string{r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10), strconv.FormatInt(r.AcceptedAt, 10), idem, string(payload)}
 	if l.SKU.On() || l.User.On() || ip.On() {
-		lk := g.limitKeys(r.SKU, r.User, l.IPKey)
+		lk := g.limitKeys(name, r.User, l.IPKey)
 		skuIv, skuBurst := l.SKU.args()
 		userIv, userBurst := l.User.args()
 		ipIv, ipBurst := ip.args()
-		keys = append(keys, lk[0], lk[1], lk[2])
+		ks = append(ks, lk[0], lk[1], lk[2])
 		args = append(args, skuIv, skuBurst, userIv, userBurst, ipIv, ipBurst)
 	}
-	vals, err := g.reserve.Exec(ctx, g.c, keys, args).ToArray()
+	args = append(args, strconv.Itoa(k))
+	vals, err := g.reserve.Exec(ctx, g.c, ks, args).ToArray()
 	if err != nil {
 		return ReserveResult{}, fmt.Errorf("stockgate: reserve: %w", err)
 	}
@@ -261,6 +288,8 @@ func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits)
 		return ReserveResult{}, rateLimited(vals[1:])
 	case -7:
 		return ReserveResult{}, ErrClosedForgotten
+	case -8:
+		return ReserveResult{}, ErrBucketsChanged
 	}
 	return ReserveResult{}, fmt.Errorf("stockgate: reserve: unexpected code %d", code)
 }
@@ -270,7 +299,11 @@ func (g *Gate) ReserveLimited(ctx context.Context, r sale.Reservation, l Limits)
 // purchase path asks it instead of the gate for a retry of a SKU it knows
 // is sold out.
 func (g *Gate) Duplicate(ctx context.Context, sku, user, key string) (string, bool, error) {
-	id, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Idem).Field(user+"\x00"+key).Build()).ToString()
+	k, err := g.Buckets(ctx, sku)
+	if err != nil {
+		return "", false, err
+	}
+	id, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(HomeName(sku, user, k)).Idem).Field(user+"\x00"+key).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		return "", false, nil
 	}
@@ -321,7 +354,8 @@ type Outcome struct {
 	KeyOrderID string
 }
 
-// Finalize closes reservations of sku the database has decided: applied ones
+// Finalize closes reservations of sku (a bucket name, BucketOf, for a sale
+// split in buckets) the database has decided: applied ones
 // are forgotten (their units stay sold), refused ones give their units and
 // buyer slot back. Exactly once per reservation, however often it is called:
 // the in-flight entry is the token. Returns the units given back.
@@ -345,6 +379,12 @@ func (g *Gate) Finalize(ctx context.Context, sku string, outcomes []Outcome) (un
 	vals, err := g.finalize.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, g.acceptedKey(sku), k.Closed}, args).AsIntSlice()
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: finalize: %w", err)
+	}
+	if vals[1] > 0 {
+		// Units given back in one bucket of a split sale may owe another's
+		// debt. Best effort: the outcomes are closed whatever happens here,
+		// and the transfer sweeper settles debts every second.
+		_ = g.settleAfter(ctx, sku)
 	}
 	return vals[1], nil
 }
@@ -524,35 +564,61 @@ type Gauges struct {
 // version has no count until its next seed or resync: then the entries
 // are read (ReadInFlight).
 func (g *Gate) ReadGauges(ctx context.Context, sku string) (Gauges, error) {
-	k := g.KeysOf(sku)
-	rs := g.c.DoMulti(ctx, g.c.B().Hlen().Key(k.Res).Build(),
-		g.c.B().Hmget().Key(k.Meta).Field("inflight", "avail", "debt", "epoch").Build(), g.c.B().Zcard().Key(k.Outbox).Build())
-	n, err := rs[0].AsInt64()
-	if err != nil {
-		return Gauges{}, fmt.Errorf("stockgate: gauges: %w", err)
+	gs, k, err := g.gaugesOf(ctx, sku)
+	if err != nil || k <= 1 {
+		return gs, err
 	}
-	m, err := rs[1].ToArray()
-	if err != nil || len(m) != 4 {
-		return Gauges{}, fmt.Errorf("stockgate: gauges: %w", err)
-	}
-	out, err := rs[2].AsInt64()
-	if err != nil {
-		return Gauges{}, fmt.Errorf("stockgate: gauges: %w", err)
-	}
-	units, uerr := m[0].AsInt64()
-	if rueidis.IsRedisNil(uerr) {
-		f, err := g.ReadInFlight(ctx, sku)
+	// A split sale: the sum over its buckets (bucket 0 is sku itself).
+	for _, name := range BucketNames(sku, k)[1:] {
+		b, _, err := g.gaugesOf(ctx, name)
 		if err != nil {
 			return Gauges{}, err
 		}
-		return Gauges{Loaded: f.Loaded, Available: f.Available, InFlight: int64(len(f.Reservations)), Units: f.Units(), Outbox: out}, nil
+		gs.Loaded = gs.Loaded && b.Loaded
+		gs.Available += b.Available
+		gs.InFlight += b.InFlight
+		gs.Units += b.Units
+		gs.Outbox += b.Outbox
+	}
+	return gs, nil
+}
+
+// gaugesOf is ReadGauges of one bucket (or of a sale not split), with the
+// number of buckets its meta hash records.
+func (g *Gate) gaugesOf(ctx context.Context, name string) (Gauges, int, error) {
+	k := g.KeysOf(name)
+	rs := g.c.DoMulti(ctx, g.c.B().Hlen().Key(k.Res).Build(),
+		g.c.B().Hmget().Key(k.Meta).Field("inflight", "avail", "debt", "epoch", "buckets").Build(), g.c.B().Zcard().Key(k.Outbox).Build())
+	n, err := rs[0].AsInt64()
+	if err != nil {
+		return Gauges{}, 0, fmt.Errorf("stockgate: gauges: %w", err)
+	}
+	m, err := rs[1].ToArray()
+	if err != nil || len(m) != 5 {
+		return Gauges{}, 0, fmt.Errorf("stockgate: gauges: %w", err)
+	}
+	out, err := rs[2].AsInt64()
+	if err != nil {
+		return Gauges{}, 0, fmt.Errorf("stockgate: gauges: %w", err)
+	}
+	buckets := 1
+	if b, err := m[4].AsInt64(); err == nil && b > 1 {
+		buckets = int(b)
+	}
+	units, uerr := m[0].AsInt64()
+	if rueidis.IsRedisNil(uerr) {
+		f, err := g.ReadInFlightOf(ctx, name)
+		if err != nil {
+			return Gauges{}, 0, err
+		}
+		return Gauges{Loaded: f.Loaded, Available: f.Available, InFlight: int64(len(f.Reservations)), Units: f.Units(), Outbox: out}, buckets, nil
 	}
 	gs := Gauges{InFlight: n, Units: units, Outbox: out}
 	gs.Loaded = !m[3].IsNil()
 	avail, _ := m[1].AsInt64()
 	debt, _ := m[2].AsInt64()
 	gs.Available = avail - debt
-	return gs, nil
+	return gs, buckets, nil
 }
 
 // Units returns the total quantity of the reservations.
@@ -568,6 +634,16 @@ func (f InFlight) Units() int64 {
 // its reserved counter and available units (entries are returned even when
 // the SKU is not loaded).
 func (g *Gate) ReadInFlight(ctx context.Context, sku string) (InFlight, error) {
+	if n, err := g.Buckets(ctx, sku); err != nil {
+		return InFlight{}, err
+	} else if n > 1 {
+		return g.readInFlightBuckets(ctx, sku, n)
+	}
+	return g.ReadInFlightOf(ctx, sku)
+}
+
+// ReadInFlightOf is ReadInFlight of one bucket (or of a sale not split).
+func (g *Gate) ReadInFlightOf(ctx context.Context, sku string) (InFlight, error) {
 	k := g.KeysOf(sku)
 	vals, err := g.inflight.Exec(ctx, g.c, []string{k.Meta, k.Res}, nil).ToArray()
 	if err != nil {
@@ -690,9 +766,29 @@ func (g *Gate) Adjust(ctx context.Context, sku string, cfg Config, delta int64) 
 	return vals[1], nil
 }
 
-// Available returns the units available in Redis; ok is false when the SKU is not loaded.
+// Available returns the units available in Redis (for a split sale the sum
+// over its buckets, units in transfer included); ok is false when the SKU
+// is not loaded.
 func (g *Gate) Available(ctx context.Context, sku string) (n int64, ok bool, err error) {
-	n, err = g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Meta).Field("avail").Build()).AsInt64()
+	// One read for a sale in one bucket: its avail and its number of buckets.
+	m, err := g.c.Do(ctx, g.c.B().Hmget().Key(g.KeysOf(sku).Meta).Field("avail", "buckets").Build()).ToArray()
+	if err != nil {
+		return 0, false, fmt.Errorf("stockgate: available: %w", err)
+	}
+	if k, err := m[1].AsInt64(); err == nil && k > 1 {
+		bs, err := g.ReadBuckets(ctx, BucketNames(sku, int(k)), false)
+		if err != nil {
+			return 0, false, err
+		}
+		for _, b := range bs {
+			if !b.Loaded {
+				return 0, false, nil
+			}
+			n += b.Avail + b.Transit
+		}
+		return n, true, nil
+	}
+	n, err = m[0].AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, false, nil
 	}
@@ -704,7 +800,11 @@ func (g *Gate) Available(ctx context.Context, sku string) (n int64, ok bool, err
 
 // Held returns the units user holds of sku according to Redis.
 func (g *Gate) Held(ctx context.Context, sku, user string) (int64, error) {
-	n, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(sku).Buyers).Field(user).Build()).AsInt64()
+	k, err := g.Buckets(ctx, sku)
+	if err != nil {
+		return 0, err
+	}
+	n, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(HomeName(sku, user, k)).Buyers).Field(user).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
@@ -712,23 +812,38 @@ func (g *Gate) Held(ctx context.Context, sku, user string) (int64, error) {
 }
 
 // Lookup returns the in-flight reservation orderID of any of skus, if one
-// holds it: one round trip (the look-ups of several SKUs are pipelined).
+// holds it. One round trip asks every SKU's bucket 0 and its bucket count
+// at once (the look-ups of several SKUs are pipelined); only a split sale
+// whose bucket 0 does not hold the order costs a second, asking its other
+// buckets.
 func (g *Gate) Lookup(ctx context.Context, orderID string, skus ...string) (sale.Reservation, bool, error) {
-	cmds := make(rueidis.Commands, len(skus))
-	for i, sku := range skus {
-		cmds[i] = g.c.B().Hget().Key(g.KeysOf(sku).Res).Field(orderID).Build()
+	cmds := make(rueidis.Commands, 0, 2*len(skus))
+	for _, sku := range skus {
+		k := g.KeysOf(sku)
+		cmds = append(cmds, g.c.B().Hget().Key(k.Res).Field(orderID).Build(),
+			g.c.B().Hget().Key(k.Meta).Field("buckets").Build())
 	}
-	var b []byte
-	for _, r := range g.c.DoMulti(ctx, cmds...) {
-		v, err := r.AsBytes()
-		if rueidis.IsRedisNil(err) {
-			continue
+	b, more, err := g.firstHeld(ctx, cmds, func(i int) bool { return i%2 == 0 })
+	if err != nil {
+		return sale.Reservation{}, false, err
+	}
+	if b == nil && len(more) > 0 {
+		// more holds the bucket-count answers: ask the split sales' other buckets.
+		cmds = cmds[:0]
+		for i, sku := range skus {
+			n, err := more[2*i+1].AsInt64()
+			if err != nil || n <= 1 {
+				continue
+			}
+			for _, name := range BucketNames(sku, int(n))[1:] {
+				cmds = append(cmds, g.c.B().Hget().Key(g.KeysOf(name).Res).Field(orderID).Build())
+			}
 		}
-		if err != nil {
-			return sale.Reservation{}, false, fmt.Errorf("stockgate: lookup: %w", err)
+		if len(cmds) > 0 {
+			if b, _, err = g.firstHeld(ctx, cmds, func(int) bool { return true }); err != nil {
+				return sale.Reservation{}, false, err
+			}
 		}
-		b = v
-		break
 	}
 	if b == nil {
 		return sale.Reservation{}, false, nil
@@ -738,6 +853,27 @@ func (g *Gate) Lookup(ctx context.Context, orderID string, skus ...string) (sale
 		return sale.Reservation{}, false, fmt.Errorf("stockgate: lookup %s: %w", orderID, err)
 	}
 	return r, true, nil
+}
+
+// firstHeld sends cmds at once and returns the first answer of a command
+// picked by isRes that holds a value; with none, every answer (to read the
+// others from).
+func (g *Gate) firstHeld(ctx context.Context, cmds rueidis.Commands, isRes func(int) bool) ([]byte, []rueidis.RedisResult, error) {
+	rs := g.c.DoMulti(ctx, cmds...)
+	for i, r := range rs {
+		if !isRes(i) {
+			continue
+		}
+		v, err := r.AsBytes()
+		if rueidis.IsRedisNil(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("stockgate: lookup: %w", err)
+		}
+		return v, nil, nil
+	}
+	return nil, rs, nil
 }
 
 // Pending is an outbox entry: a reservation not yet acknowledged by the stream.
@@ -772,8 +908,21 @@ func (g *Gate) Outbox(ctx context.Context, sku string, before time.Time, limit i
 }
 
 // OutboxLen returns the number of outbox entries of sku.
+// For a sale split in buckets, it is the sum over them.
 func (g *Gate) OutboxLen(ctx context.Context, sku string) (int64, error) {
-	return g.c.Do(ctx, g.c.B().Zcard().Key(g.KeysOf(sku).Outbox).Build()).AsInt64()
+	k, err := g.Buckets(ctx, sku)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, n := range BucketNames(sku, k) {
+		v, err := g.c.Do(ctx, g.c.B().Zcard().Key(g.KeysOf(n).Outbox).Build()).AsInt64()
+		if err != nil {
+			return 0, err
+		}
+		total += v
+	}
+	return total, nil
 }
 
 // SKUs returns the SKUs loaded in Redis (the relay's work list).
@@ -802,6 +951,11 @@ func (g *Gate) Expire(ctx context.Context, sku string, now time.Time, retention 
 		return false, fmt.Errorf("stockgate: expire: %w", err)
 	}
 	if n == 1 {
+		for _, key := range []string{g.xferKey(sku), g.xinKey(sku)} {
+			if err := g.c.Do(ctx, g.c.B().Del().Key(key).Build()).Error(); err != nil {
+				return true, err
+			}
+		}
 		if err := g.c.Do(ctx, g.c.B().Srem().Key(g.registry()).Member(sku).Build()).Error(); err != nil {
 			return n == 1, err
 		}
@@ -881,6 +1035,23 @@ func (g *Gate) Restore(ctx context.Context, sku string, rs []Release) (int64, er
 	if len(rs) == 0 {
 		return 0, nil
 	}
+	for _, r := range rs {
+		if r.OrderID == "" || r.Quantity == 0 {
+			return 0, fmt.Errorf("%w: restore of order %q with %d units", sale.ErrInvalid, r.OrderID, r.Quantity)
+		}
+	}
+	k, err := g.Buckets(ctx, sku)
+	if err != nil {
+		return 0, fmt.Errorf("stockgate: restore: %w", err)
+	}
+	if k > 1 {
+		return g.restoreBuckets(ctx, sku, rs, k)
+	}
+	return g.restoreIn(ctx, sku, rs)
+}
+
+// restoreIn is Restore in one bucket.
+func (g *Gate) restoreIn(ctx context.Context, sku string, rs []Release) (int64, error) {
 	args := make([]string, 0, 3*len(rs))
 	for _, r := range rs {
 		if r.OrderID == "" || r.Quantity == 0 {

@@ -32,6 +32,7 @@
 --   {-6, sku_ms, user_ms, ip_ms}  rate limited: ms until each limit admits again (0 = it passed)
 --   {-7}                          accepted (ARGV[4]) before cfloor: the closed marker of this
 --                                 order id may have been dropped; the caller asks the database
+--   {-8}                          (bucketcheck.lua, run in front) the caller's bucket count is stale
 -- Every request that passes the rate limits counts against them, whatever
 -- the outcome (a user stuck at limit_reached who keeps clicking is limited).
 -- A repeat of an order id (the caller's retry after a lost reply) does not,
