@@ -94,10 +94,9 @@ func (s *Sale) Summary() string {
 // Verify checks I1-I7 and I9-I11 (I8 is the payment scenario's) for every
 // SKU from the database and Redis: unknown outcomes are resolved with their
 // keys (I9), each SKU must become idle with its invariants holding (the
-// time that took is returned: the slowest SKU's), fresh buyers get exactly
-// what is left (I7) and no dead letters remain (I10). sold names SKUs whose
-// stock is to be bought out by fresh buyers (I7); the others are left
-// selling.
+// time that took is returned: the slowest SKU's) and no dead letters
+// remain (I10). With buyRest, fresh buyers then buy what the database has
+// left of each SKU, and no more (I7).
 func Verify(ctx context.Context, ck *chaos.Checker, s *Sale, within time.Duration, buyRest bool) (time.Duration, []string) {
 	var viol []string
 	var slowest time.Duration
