@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -141,6 +140,3 @@ func shortErr(e string) string {
 	}
 	return e
 }
-
-// OK reports whether a reply is a 2xx.
-func OK(r chaos.Reply) bool { return r.Status >= http.StatusOK && r.Status < 300 }
