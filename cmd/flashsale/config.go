@@ -317,14 +317,14 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, fmt.Errorf("apply-workers must be at least 1")
 	case c.MaxDeliver < 1:
 		return c, fmt.Errorf("max-deliver must be at least 1")
+	case c.DrainDelay < 0:
+		return c, fmt.Errorf("drain-delay must be 0 or more")
 	case c.BreakerRatio <= 0 || c.BreakerRatio > 1:
 		return c, fmt.Errorf("breaker-ratio must be in (0, 1]")
 	case c.FallbackConc < 0:
 		return c, fmt.Errorf("fallback-concurrency must be 0 or more")
 	case c.PaymentTimeout < time.Second:
 		return c, fmt.Errorf("payment-timeout must be at least 1s")
-	case c.DrainDelay < 0:
-		return c, fmt.Errorf("drain-delay must be 0 or more")
 	case c.SweepEvery <= 0:
 		return c, fmt.Errorf("sweep-every must be positive")
 	case c.ReconcileEvery <= 0:
