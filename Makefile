@@ -57,7 +57,7 @@ test-chaos-short: ## The fault suite's CHAOS_SHORT scenarios (empty: none) on Po
 			$(GO) test -count=1 -v -timeout 15m -run '^TestChaos$$' ./internal/chaos || exit 1; \
 	done
 
-test-cluster-short: ## The cluster test, short (about 2.5 min): Redis Cluster, NATS cluster, 3 instances behind HAProxy, 4 faults; on CLUSTER_SHORT_DIALECTS (needs root: a network namespace)
+test-cluster-short: ## The cluster test, short (1.5 to 2.5 min): Redis Cluster, NATS cluster, 3 instances behind HAProxy, 4 faults; on CLUSTER_SHORT_DIALECTS (needs root: a network namespace)
 	@for d in $(CLUSTER_SHORT_DIALECTS); do \
 		FLASHSALE_CLUSTER=short FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
 			$(GO) test -count=1 -v -timeout 10m -run '^TestCluster$$' ./internal/cluster || exit 1; \
