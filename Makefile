@@ -4,20 +4,28 @@
 # run (scripts/ensure-services.sh), then runs every test with the race
 # detector twice: on PostgreSQL, then on MariaDB (FLASHSALE_TEST_DIALECT),
 # failing (not skipping) tests whose service is missing, and then the fault
-# suite's CHAOS_SHORT scenarios on each database (docs/faults.md).
+# suite's CHAOS_SHORT scenarios on each database (docs/faults.md), and the
+# short cluster test on CLUSTER_SHORT_DIALECTS (docs/faults.md, "Cluster
+# test").
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        ?= ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help build build-static test test-postgres test-mysql test-short test-chaos-short chaos vet lint alerts bench run ci
+.PHONY: help build build-static test test-postgres test-mysql test-short test-chaos-short test-cluster test-cluster-short chaos vet lint alerts bench run ci
 
 # CHAOS_SHORT names the fault-suite scenarios `make test` runs on each
 # database (docs/faults.md): a comma list, `short` for the short set, empty
 # for none. CHAOS names those `make chaos` runs (default every one).
 CHAOS_SHORT ?= short
 CHAOS       ?= all
+
+# The databases the cluster test runs on: make test runs the short version on
+# CLUSTER_SHORT_DIALECTS (one, to stay within a couple of minutes; set it to
+# mysql, or "postgres mysql"), make test-cluster the full one on CLUSTER_DIALECTS.
+CLUSTER_SHORT_DIALECTS ?= postgres
+CLUSTER_DIALECTS       ?= postgres mysql
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,12 +36,13 @@ build: ## Build bin/flashsale
 build-static: ## Build the release binary bin/flashsale as the Dockerfile does (static, trimmed, stripped: scripts/build-static.sh)
 	GO=$(GO) scripts/build-static.sh bin/flashsale
 
-test: ## Ensure services and tools, check the alert rules, then run all tests with -race on PostgreSQL and on MariaDB (missing services fail), then the CHAOS_SHORT fault scenarios
+test: ## Ensure services and tools, check the alert rules, then run all tests with -race on PostgreSQL and on MariaDB (missing services fail), then the CHAOS_SHORT fault scenarios and the short cluster test
 	scripts/ensure-services.sh
 	$(MAKE) alerts
 	$(MAKE) test-postgres
 	$(MAKE) test-mysql
 	$(MAKE) test-chaos-short
+	$(MAKE) test-cluster-short
 
 test-postgres: ## All tests with -race, the database being PostgreSQL
 	FLASHSALE_TEST_DIALECT=postgres FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
@@ -46,6 +55,18 @@ test-chaos-short: ## The fault suite's CHAOS_SHORT scenarios (empty: none) on Po
 	for d in postgres mysql; do \
 		FLASHSALE_CHAOS="$(CHAOS_SHORT)" FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
 			$(GO) test -count=1 -v -timeout 15m -run '^TestChaos$$' ./internal/chaos || exit 1; \
+	done
+
+test-cluster-short: ## The cluster test, short (1.5 to 2.5 min): Redis Cluster, NATS cluster, 3 instances behind HAProxy, 4 faults; on CLUSTER_SHORT_DIALECTS (needs root: a network namespace)
+	@for d in $(CLUSTER_SHORT_DIALECTS); do \
+		FLASHSALE_CLUSTER=short FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
+			$(GO) test -count=1 -v -timeout 10m -run '^TestCluster$$' ./internal/cluster || exit 1; \
+	done
+
+test-cluster: ## The cluster test, full (longer faults, more buyers), on CLUSTER_DIALECTS (PostgreSQL, then MariaDB)
+	@for d in $(CLUSTER_DIALECTS); do \
+		FLASHSALE_CLUSTER=full FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
+			$(GO) test -count=1 -v -timeout 20m -run '^TestCluster$$' ./internal/cluster || exit 1; \
 	done
 
 chaos: ## The whole fault suite (CHAOS: scenario names), one table row per fault, on PostgreSQL then MariaDB (about 10 min each)

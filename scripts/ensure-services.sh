@@ -268,18 +268,20 @@ ensure_mariadb() {
 }
 
 # ensure_tools installs the command-line tools the tests use: promtool (alert
-# rules), chromium (the dashboard's browser tests) and haproxy (the check of
-# deploy/haproxy/haproxy.cfg).
+# rules), chromium (the dashboard's browser tests), haproxy (the check of
+# deploy/haproxy/haproxy.cfg and the cluster test's balancer) and ip
+# (iproute2: the cluster test's network namespace).
 ensure_tools() {
 	local missing=()
 	command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 	command -v chromium >/dev/null 2>&1 || [[ -x /usr/bin/chromium ]] || missing+=(chromium)
 	command -v haproxy >/dev/null 2>&1 || [[ -x /usr/sbin/haproxy ]] || missing+=(haproxy)
+	command -v ip >/dev/null 2>&1 || [[ -x /usr/sbin/ip ]] || [[ -x /sbin/ip ]] || missing+=(iproute2)
 	if ((${#missing[@]} > 0)); then
 		take_lock
 		apt_install "${missing[@]}"
 	fi
-	log "tools ready: promtool, chromium, haproxy"
+	log "tools ready: promtool, chromium, haproxy, ip"
 }
 
 main() {

@@ -48,6 +48,7 @@ type config struct {
 	FallbackConc    int
 	RedisTimeout    time.Duration
 	MonitorEvery    time.Duration
+	DrainDelay      time.Duration
 	StreamAck       time.Duration
 	PaymentTimeout  time.Duration
 	PaymentSecret   string
@@ -281,6 +282,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.int(&c.FallbackConc, "fallback-concurrency", "FLASHSALE_FALLBACK_CONCURRENCY", 8, "database fallback purchases in flight per instance; beyond it 503 busy (0 disables the fallback)")
 	e.dur(&c.RedisTimeout, "redis-timeout", "FLASHSALE_REDIS_TIMEOUT", time.Second, "deadline of one gate call (a timeout is an unknown outcome, asked again with the same order id)")
 	e.dur(&c.MonitorEvery, "redis-monitor-every", "FLASHSALE_REDIS_MONITOR_EVERY", time.Second, "how often the Redis run id is checked (a restart triggers a rebuild from the database)")
+	e.dur(&c.DrainDelay, "drain-delay", "FLASHSALE_DRAIN_DELAY", 5*time.Second, "on SIGTERM, how long /readyz answers 503 draining (and responses say Connection: close) while requests are still served, before the server shuts down: longer than the load balancer takes to take the instance out (HAProxy: inter x fall)")
 	e.dur(&c.StreamAck, "stream-ack-timeout", "FLASHSALE_STREAM_ACK_TIMEOUT", 250*time.Millisecond, "a purchase waits this long for the stream's ack before answering 202 (0: answer once Redis accepted; the outbox delivers)")
 	e.dur(&c.PaymentTimeout, "payment-timeout", "FLASHSALE_PAYMENT_TIMEOUT", 15*time.Minute, "an unpaid order is cancelled and its stock released this long after it was accepted")
 	e.secret(&c.PaymentSecret, "payment-secret", "FLASHSALE_PAYMENT_SECRET", "HMAC-SHA256 `secret` of payment-provider callbacks (callback route disabled when empty)")
@@ -320,6 +322,8 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, fmt.Errorf("apply-workers must be at least 1")
 	case c.MaxDeliver < 1:
 		return c, fmt.Errorf("max-deliver must be at least 1")
+	case c.DrainDelay < 0:
+		return c, fmt.Errorf("drain-delay must be 0 or more")
 	case c.BreakerRatio <= 0 || c.BreakerRatio > 1:
 		return c, fmt.Errorf("breaker-ratio must be in (0, 1]")
 	case c.FallbackConc < 0:

@@ -51,6 +51,7 @@ func testConfig(t *testing.T, nats string, overrides ...string) config {
 		"FLASHSALE_ADMIN_TOKEN":       testAdmin,
 		"FLASHSALE_DATA_DIR":          t.TempDir(),
 		"FLASHSALE_RELAY_GRACE":       "500ms",
+		"FLASHSALE_DRAIN_DELAY":       "0", // no balancer to wait for
 	}
 	env["FLASHSALE_REDIS_URL"], env["FLASHSALE_REDIS_PREFIX"] = testenv.Redis(t)
 	if nats == "external" {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -475,6 +476,14 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
+	// On SIGTERM the instance first fails /readyz (503 "draining") and keeps
+	// serving for DrainDelay, so the load balancer's health checks take it
+	// out while its requests still succeed; each response meanwhile says
+	// Connection: close, so keep-alive clients reconnect (to another
+	// instance). Only then does Shutdown close the listener and wait for
+	// the requests in flight.
+	var draining atomic.Bool
+	srv.Handler = drainHandler(a.handler, &draining)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	var prof *http.Server
@@ -492,6 +501,12 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 	var err error
 	select {
 	case <-ctx.Done():
+		draining.Store(true)
+		a.log.Info("draining: /readyz answers 503 until shutdown", "drain_delay", a.cfg.DrainDelay)
+		select {
+		case <-time.After(a.cfg.DrainDelay):
+		case err = <-errc:
+		}
 	case err = <-errc:
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -505,6 +520,29 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 		err = nil
 	}
 	return err
+}
+
+// drainHandler serves next until draining is set; from then on GET /readyz
+// answers 503 {"status":"draining","ready":false,"checks":{}} (the balancer takes the
+// instance out) and every other response carries Connection: close, so a
+// keep-alive client's next request opens a new connection (to another
+// instance); the request itself is still served.
+func drainHandler(next http.Handler, draining *atomic.Bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !draining.Load() {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Connection", "close")
+		if r.URL.Path == "/readyz" {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"status":"draining","ready":false,"checks":{}}`+"\n")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // close stops the workers, then the connections, in dependency order.

@@ -254,6 +254,7 @@ func TestPprofListener(t *testing.T) {
 				"FLASHSALE_USER_TOKEN_SECRET": testSecret,
 				"FLASHSALE_ADMIN_TOKEN":       testAdmin,
 				"FLASHSALE_DATA_DIR":          t.TempDir(),
+				"FLASHSALE_DRAIN_DELAY":       "0",
 			}
 			env["FLASHSALE_REDIS_URL"], env["FLASHSALE_REDIS_PREFIX"] = testenv.Redis(t)
 			if on {

@@ -74,6 +74,7 @@ type Proc struct {
 	mu   sync.Mutex
 	pid  int
 	done chan struct{}
+	code int // exit status of the last run once done is closed (-1: by a signal)
 }
 
 type syncBuffer struct {
@@ -138,6 +139,9 @@ func (p *Proc) start() error {
 		}
 		startc <- started{pid: cmd.Process.Pid}
 		_ = cmd.Wait()
+		p.mu.Lock()
+		p.code = cmd.ProcessState.ExitCode()
+		p.mu.Unlock()
 		// The child is reaped: give the thread back rather than let the
 		// runtime end it, which would kill children other code forked
 		// from it without a locked thread.
@@ -199,6 +203,26 @@ func (p *Proc) Kill() {
 	p.signal(syscall.SIGCONT)
 	if d := p.doneChan(); d != nil {
 		<-d
+	}
+}
+
+// Term asks the process to stop (SIGTERM) and returns at once: Exited and
+// ExitCode tell when and how it ended.
+func (p *Proc) Term() { p.signal(syscall.SIGTERM) }
+
+// ExitCode returns the exit status of the last run (-1 if a signal ended it,
+// or if it has not ended).
+func (p *Proc) ExitCode() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		return -1
+	}
+	select {
+	case <-p.done:
+		return p.code
+	default:
+		return -1
 	}
 }
 

@@ -1,0 +1,176 @@
+// Package cluster is the cluster test's harness: it runs, on one machine,
+// flashsale instances (the real binary) behind HAProxy with the shipped
+// configuration (deploy/haproxy/haproxy.cfg, addresses changed), a Redis
+// Cluster of three primaries with a replica each and a three-node JetStream
+// cluster, injects faults (a rolling restart, a primary killed, a NATS node
+// killed, an instance killed, an instance cut off from Redis in a network
+// namespace) while buyers buy through the balancer, and checks the
+// invariants from the database after each. It reuses internal/chaos's
+// processes, buyers and checks. docs/faults.md ("Cluster test") describes
+// what runs and the recovery times seen.
+package cluster
+
+import (
+	"encoding/csv"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/chaos"
+)
+
+// HAProxy is a haproxy process running the shipped configuration.
+type HAProxy struct {
+	*chaos.Proc
+	URL      string // the frontend
+	StatsURL string
+	Config   string // the file it runs
+}
+
+// ShippedConfig returns deploy/haproxy/haproxy.cfg, found from this source
+// file's directory.
+func ShippedConfig(t testing.TB) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "deploy", "haproxy", "haproxy.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// LocalConfig turns the shipped configuration into one for this machine:
+// the frontends bind frontend and stats (host:port), server i is servers[i],
+// and Docker's resolvers go. Everything else (checks, retries, timeouts) is
+// the shipped file's, so the test runs what is deployed; a change of the
+// file's shape that these rewrites no longer find fails here.
+func LocalConfig(shipped, frontend, stats string, servers []string) (string, error) {
+	var out []string
+	inResolvers := false
+	replaced := map[string]int{}
+	for _, line := range strings.Split(shipped, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case inResolvers:
+			if len(f) == 0 {
+				inResolvers = false
+				out = append(out, line)
+			}
+			continue
+		case len(f) >= 2 && f[0] == "resolvers":
+			inResolvers = true
+			replaced["resolvers"]++
+			continue
+		case len(f) == 2 && f[0] == "bind" && f[1] == ":8080":
+			line = "    bind " + frontend
+			replaced["bind"]++
+		case len(f) == 2 && f[0] == "bind" && f[1] == ":8404":
+			line = "    bind " + stats
+			replaced["stats"]++
+		case len(f) >= 1 && f[0] == "default-server":
+			line = strings.Replace(line, " resolvers docker", "", 1)
+			replaced["default-server"]++
+		case len(f) == 3 && f[0] == "server" && strings.HasPrefix(f[1], "flashsale-"):
+			var i int
+			if _, err := fmt.Sscanf(f[1], "flashsale-%d", &i); err != nil || i < 1 || i > len(servers) {
+				return "", fmt.Errorf("haproxy.cfg: server %q has no address here", f[1])
+			}
+			line = fmt.Sprintf("    server %s %s", f[1], servers[i-1])
+			replaced["server"]++
+		}
+		out = append(out, line)
+	}
+	for what, want := range map[string]int{"resolvers": 1, "bind": 1, "stats": 1, "default-server": 1, "server": len(servers)} {
+		if replaced[what] != want {
+			return "", fmt.Errorf("haproxy.cfg: %d %q lines rewritten, want %d: the file changed shape", replaced[what], what, want)
+		}
+	}
+	return strings.Join(out, "\n"), nil
+}
+
+// StartHAProxy runs haproxy in the foreground with the shipped
+// configuration in front of servers (host:port each, flashsale-1 first).
+func StartHAProxy(t testing.TB, servers []string) *HAProxy {
+	t.Helper()
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Fatal("haproxy not found: scripts/ensure-services.sh installs it")
+	}
+	front, stats := chaos.FreeAddr(t), chaos.FreeAddr(t)
+	cfg, err := LocalConfig(ShippedConfig(t), front, stats, servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "-c", "-f", path).CombinedOutput(); err != nil {
+		t.Fatalf("haproxy -c: %v\n%s", err, out)
+	}
+	h := &HAProxy{URL: "http://" + front, StatsURL: "http://" + stats, Config: path}
+	h.Proc = chaos.StartProc(t, "haproxy", bin, []string{"-db", "-f", path}, nil)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := h.States(); err == nil {
+			return h
+		}
+		if h.Exited(0) || time.Now().After(deadline) {
+			t.Fatalf("haproxy did not start:\n%s", h.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// States returns the check state of each server of the flashsale backend
+// ("UP", "DOWN", "UP 1/2", ...), from the stats page's CSV.
+func (h *HAProxy) States() (map[string]string, error) {
+	resp, err := http.Get(h.StatsURL + "/;csv")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("stats: %s", resp.Status)
+	}
+	r := csv.NewReader(resp.Body)
+	r.FieldsPerRecord = -1
+	rows, err := r.ReadAll()
+	if err != nil || len(rows) == 0 {
+		return nil, fmt.Errorf("stats csv: %v", err)
+	}
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[strings.TrimPrefix(strings.TrimSpace(name), "# ")] = i
+	}
+	pi, si, st := col["pxname"], col["svname"], col["status"]
+	states := map[string]string{}
+	for _, row := range rows[1:] {
+		if len(row) > st && row[pi] == "flashsale" && row[si] != "BACKEND" {
+			states[row[si]] = row[st]
+		}
+	}
+	return states, nil
+}
+
+// WaitState waits until server's state is want ("UP" or "DOWN") and
+// returns how long that took.
+func (h *HAProxy) WaitState(server, want string, within time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		s, err := h.States()
+		if err == nil && s[server] == want {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > within {
+			return time.Since(start), fmt.Errorf("haproxy: %s is %q after %v, want %s (%v)", server, s[server], within, want, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
