@@ -251,9 +251,11 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 			{Name: "redis", Critical: cfg.FallbackConc == 0, Check: a.gate.Ping},
 			{Name: "jetstream", Check: a.queue.Ping},
 			// The broker answers but lost the streams (restarted on an empty
-			// store): purchases would pile up in the outbox until they are
-			// re-created (every second, below).
-			{Name: "jetstream-streams", Critical: true, Check: a.queue.Ready},
+			// store, or a stream between leaders): purchases wait in the
+			// outbox until they are re-created (every second, below). Not
+			// critical: every instance shares the broker, so failing readiness
+			// would empty the balancer for a fault the outbox absorbs.
+			{Name: "jetstream-streams", Check: a.queue.Ready},
 		},
 	})
 
