@@ -891,6 +891,11 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// readyTimeout bounds each readiness check.
+const readyTimeout = 700 * time.Millisecond
+
+var errCheckTimeout = errors.New("readiness check did not answer in time")
+
 // readyz answers 200 while the instance can take purchases: status "ok",
 // or "degraded" when a non-critical dependency is out (the queue: purchases
 // wait in the Redis outbox; Redis: the database fallback sells). 503 when a
@@ -898,8 +903,36 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	checks := map[string]string{}
 	status, code := "ok", http.StatusOK
-	for _, c := range s.cfg.Ready {
-		if err := c.Check(r.Context()); err != nil {
+	// The checks run at once, each under readyTimeout: a balancer's health
+	// check has a deadline of its own (HAProxy's is its inter, 1 s in the
+	// shipped configuration), and a dependency that hangs (a stream between
+	// leaders) must read as that check unavailable, not as the whole
+	// instance not answering.
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	type result struct {
+		i   int
+		err error
+	}
+	done := make(chan result, len(s.cfg.Ready)) // buffered: a late check never blocks
+	for i, c := range s.cfg.Ready {
+		go func() { done <- result{i, c.Check(ctx)} }()
+	}
+	errs := make([]error, len(s.cfg.Ready))
+	for i := range errs {
+		errs[i] = errCheckTimeout // until it answers
+	}
+wait:
+	for range errs {
+		select {
+		case r := <-done:
+			errs[r.i] = r.err
+		case <-ctx.Done():
+			break wait // the rest stay timed out
+		}
+	}
+	for i, c := range s.cfg.Ready {
+		if err := errs[i]; err != nil {
 			// The error names addresses and drivers: the log gets it.
 			s.log.Info("readyz: check failed", "check", c.Name, "err", err)
 			checks[c.Name] = "unavailable"

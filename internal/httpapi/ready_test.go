@@ -1,0 +1,73 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// TestReadyzHungCheck: a dependency that hangs (a JetStream stream between
+// leaders, a black-holed Redis) reads as its check unavailable within
+// readyTimeout, so a balancer's health check (HAProxy's deadline is its
+// inter, 1 s) sees the instance answer: 200 degraded for a non-critical
+// check, 503 for a critical one. Before, the checks ran one after the other
+// with the request's context, and a hung one held /readyz until the
+// balancer gave up and took every instance out.
+func TestReadyzHungCheck(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	hang := func(context.Context) error { <-release; return nil } // ignores its context
+	ok := func(context.Context) error { return nil }
+	down := func(context.Context) error { return errors.New("down") }
+	for _, tc := range []struct {
+		name   string
+		checks []Checker
+		code   int
+		status string
+		want   map[string]string
+	}{
+		{"hung non-critical", []Checker{{Name: "db", Critical: true, Check: ok}, {Name: "streams", Check: hang}},
+			200, "degraded", map[string]string{"db": "ok", "streams": "unavailable"}},
+		{"hung critical", []Checker{{Name: "db", Critical: true, Check: hang}, {Name: "streams", Check: ok}},
+			503, "unavailable", map[string]string{"db": "unavailable", "streams": "ok"}},
+		{"failed and hung", []Checker{{Name: "db", Critical: true, Check: ok}, {Name: "redis", Check: down}, {Name: "streams", Check: hang}},
+			200, "degraded", map[string]string{"db": "ok", "redis": "unavailable", "streams": "unavailable"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(nil, nil, slog.New(slog.DiscardHandler), Config{Ready: tc.checks})
+			done := make(chan *httptest.ResponseRecorder, 1)
+			go func() {
+				w := httptest.NewRecorder()
+				s.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+				done <- w
+			}()
+			var w *httptest.ResponseRecorder
+			select {
+			case w = <-done:
+			case <-time.After(10 * readyTimeout): // a hang, not a slow machine
+				t.Fatal("/readyz did not answer while a check hung")
+			}
+			var body struct {
+				Status string            `json:"status"`
+				Ready  bool              `json:"ready"`
+				Checks map[string]string `json:"checks"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+				t.Fatal(err)
+			}
+			if w.Code != tc.code || body.Status != tc.status || body.Ready != (tc.code == 200) {
+				t.Fatalf("/readyz: %d %s", w.Code, w.Body)
+			}
+			for k, v := range tc.want {
+				if body.Checks[k] != v {
+					t.Fatalf("check %s: %q, want %q (%s)", k, body.Checks[k], v, w.Body)
+				}
+			}
+		})
+	}
+}
