@@ -294,11 +294,10 @@ func (a *app) openStores(ctx context.Context) (err error) {
 	if a.store, err = orderstore.Open(ctx, a.cfg.DatabaseURL, orderstore.Options{MaxConns: int32(a.cfg.DBMaxConns), Logger: a.log, PaymentTimeout: a.cfg.PaymentTimeout}); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
-	ropt, err := rueidis.ParseURL(a.cfg.RedisURL)
+	ropt, err := stockgate.ClientOption(a.cfg.RedisURL)
 	if err != nil {
 		return fmt.Errorf("redis url: %w", err)
 	}
-	ropt.DisableCache = true
 	if a.redis, err = rueidis.NewClient(ropt); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}

@@ -84,6 +84,8 @@ func redisOptions(url string) (rueidis.ClientOption, error) {
 	}
 	// Client-side caching would add CLIENT TRACKING traffic for nothing here.
 	opt.DisableCache = true
+	// On a cluster, see a promoted replica within a second (as serve does).
+	opt.ClusterOption.ShardsRefreshInterval = time.Second
 	opt.Dialer.Timeout = 5 * time.Second
 	return opt, nil
 }
