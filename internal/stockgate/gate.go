@@ -890,6 +890,33 @@ func (g *Gate) Prefix() string { return g.prefix }
 // reachable through Nodes (and so checked by RunID and Ping) within it.
 const TopologyRefresh = time.Second
 
+// Dial connects to the Redis at url (see ClientOption) and checks that it
+// is what the URL says: a URL naming several addresses must reach a Redis
+// Cluster (rueidis falls back to one plain server when cluster support is
+// disabled, which would leave the other addresses silently unused). Errors
+// name the addresses tried.
+func Dial(url string) (rueidis.Client, error) {
+	opt, err := ClientOption(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	addrs := strings.Join(opt.InitAddress, ",")
+	notCluster := fmt.Errorf("redis url names %d addresses (%s) but they are not a Redis Cluster: "+
+		"name one server, or the nodes of a cluster", len(opt.InitAddress), addrs)
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		if len(opt.InitAddress) > 1 && strings.Contains(err.Error(), "cluster support disabled") {
+			return nil, fmt.Errorf("%w (%w)", notCluster, err)
+		}
+		return nil, fmt.Errorf("redis %s: %w", addrs, err)
+	}
+	if len(opt.InitAddress) > 1 && c.Mode() != rueidis.ClientModeCluster {
+		c.Close()
+		return nil, notCluster
+	}
+	return c, nil
+}
+
 // ClientOption parses a Redis URL (rueidis form; redis://n1?addr=n2&addr=n3
 // for a Redis Cluster) into the options the gate expects: no client-side
 // caching, and on a cluster a topology refreshed every TopologyRefresh.
