@@ -376,13 +376,8 @@ func (a *app) rebuildAll(ctx context.Context) error {
 	if err := a.catalog.Refresh(ctx); err != nil {
 		return err
 	}
-	var errs []error
-	for _, id := range a.activeSKUs() {
-		if _, err := a.sync.Rebuild(ctx, id); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", id, err))
-		}
-	}
-	return errors.Join(errs...)
+	_, err := a.sync.RebuildAll(ctx, a.activeSKUs())
+	return err
 }
 
 // timeoutGate bounds each gate call: a hung Redis must not hold requests.
