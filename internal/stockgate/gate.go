@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -712,8 +713,8 @@ type primary struct {
 }
 
 // primaries returns the primaries serving slots, sorted by address, as the
-// first node that answers CLUSTER NODES sees them. The client's own view
-// (Nodes) lists replicas too and may be stale after a failover.
+// first node that answers CLUSTER NODES sees them: the client's own view
+// (Nodes) may be stale after a failover.
 func (g *Gate) primaries(ctx context.Context) ([]primary, error) {
 	nodes := g.c.Nodes()
 	addrs := make([]string, 0, len(nodes))
@@ -739,11 +740,10 @@ func (g *Gate) primaries(ctx context.Context) ([]primary, error) {
 		if len(f) < 9 || !strings.Contains(f[2], "master") {
 			continue // a replica, or a primary with no slots (replaced)
 		}
-		addr, _, _ := strings.Cut(f[1], "@")
+		addr, c, ok := nodeAddr(f[1], nodes)
 		if strings.Contains(f[2], "fail") && !strings.Contains(f[2], "fail?") {
 			return nil, fmt.Errorf("stockgate: primary %s is marked failed: the cluster is failing over", addr)
 		}
-		c, ok := nodes[addr]
 		if !ok {
 			return nil, fmt.Errorf("stockgate: primary %s is not known to the client yet", addr)
 		}
@@ -754,6 +754,27 @@ func (g *Gate) primaries(ctx context.Context) ([]primary, error) {
 	}
 	sort.Slice(prim, func(i, j int) bool { return prim[i].addr < prim[j].addr })
 	return prim, nil
+}
+
+// nodeAddr finds the client of the node CLUSTER NODES names as
+// "ip:port@cport[,hostname[,aux=value...]]": the client knows it by ip:port,
+// or by hostname:port when the cluster announces hostnames
+// (cluster-preferred-endpoint-type hostname).
+func nodeAddr(field string, nodes map[string]rueidis.Client) (string, rueidis.Client, bool) {
+	ipport, rest, _ := strings.Cut(field, "@")
+	if c, ok := nodes[ipport]; ok {
+		return ipport, c, true
+	}
+	if _, after, ok := strings.Cut(rest, ","); ok {
+		host, _, _ := strings.Cut(after, ",")
+		if _, port, err := net.SplitHostPort(ipport); err == nil && host != "" && !strings.Contains(host, "=") {
+			hp := net.JoinHostPort(host, port)
+			if c, ok := nodes[hp]; ok {
+				return hp, c, true
+			}
+		}
+	}
+	return ipport, nil, false
 }
 
 // Primaries returns the address and a client of every Redis Cluster
