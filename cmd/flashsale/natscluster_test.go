@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -30,6 +31,7 @@ func TestServeNATSCluster(t *testing.T) {
 	for i := range 20 {
 		buy(fmt.Sprintf("a%d", i))
 	}
+	nc.WaitCurrent(orderqueue.StreamName, orderqueue.DeadLetterStream, orderqueue.EventStream)
 	nc.Servers[0].Shutdown()
 	for i := range 20 {
 		buy(fmt.Sprintf("b%d", i))

@@ -117,40 +117,7 @@ func TestReplicas(t *testing.T) {
 	// Every replica caught up (a stream just raised to R3 copies its
 	// messages to the new peers first), then one node down: the stream and
 	// its consumer have a quorum left.
-	waitCurrent := func() {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			current := func(c *jetstream.ClusterInfo) bool {
-				return c != nil && c.Leader != "" && len(c.Replicas) == 2 && c.Replicas[0].Current && c.Replicas[1].Current
-			}
-			ok := true
-			st, err := js.Stream(context.Background(), orderqueue.StreamName)
-			if err == nil {
-				info, err := st.Info(context.Background())
-				ok = err == nil && current(info.Cluster)
-			} else {
-				ok = false
-			}
-			for _, name := range []string{orderqueue.ConsumerName, orderqueue.ExpiryConsumerName} {
-				c, err := js.Consumer(context.Background(), orderqueue.StreamName, name)
-				if err != nil {
-					ok = false
-					continue
-				}
-				info, err := c.Info(context.Background())
-				ok = ok && err == nil && current(info.Cluster)
-			}
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the order stream's or its consumers' replicas did not catch up within 30s")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	waitCurrent()
+	nc.WaitCurrent(orderqueue.StreamName)
 	nc.Servers[2].Shutdown()
 	deadline := time.Now().Add(60 * time.Second)
 	for {

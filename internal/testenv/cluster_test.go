@@ -49,7 +49,7 @@ func TestStartNATSCluster(t *testing.T) {
 		t.Skip("starts three nats-servers")
 	}
 	nc := testenv.StartNATSCluster(t, 3)
-	conn, err := nats.Connect(nc.URL)
+	conn, err := nats.Connect(nc.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestStartNATSCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3}); err != nil {
 		t.Fatal(err)
@@ -66,10 +66,14 @@ func TestStartNATSCluster(t *testing.T) {
 	if _, err := js.Publish(ctx, "t.1", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
+	// Shut a node down once every replica is current.
+	nc.WaitCurrent("T")
 	nc.Servers[0].Shutdown()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(45 * time.Second)
 	for {
-		_, err := js.Publish(ctx, "t.1", []byte("y"))
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.Publish(pctx, "t.1", []byte("y"))
+		pcancel()
 		if err == nil {
 			break
 		}

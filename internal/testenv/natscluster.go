@@ -1,10 +1,14 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // NATSCluster is a JetStream cluster of in-process nats-servers started by
@@ -102,5 +106,60 @@ func (c *NATSCluster) WaitReady() {
 			t.Fatalf("testenv: nats cluster not ready within 30s (%d up, leader %v, routed %v)", up, leader, routed)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitCurrent waits until each named stream, and every consumer of it, has
+// a leader and every replica caught up, so that shutting one node down
+// leaves a current copy (a stream whose replicas were just raised copies
+// its messages to the new peers first). It fails the test after 30 s.
+func (c *NATSCluster) WaitCurrent(streams ...string) {
+	t := c.Servers[0].t
+	t.Helper()
+	conn, err := nats.Connect(c.URL)
+	if err != nil {
+		t.Fatalf("testenv: nats cluster: %v", err)
+	}
+	defer conn.Close()
+	js, err := jetstream.New(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := func(ci *jetstream.ClusterInfo) bool {
+		if ci == nil || ci.Leader == "" {
+			return false
+		}
+		for _, r := range ci.Replicas {
+			if !r.Current {
+				return false
+			}
+		}
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range streams {
+		for {
+			ok := false
+			if st, err := js.Stream(ctx, name); err == nil {
+				if info, err := st.Info(ctx); err == nil && current(info.Cluster) {
+					ok = true
+					for names := st.ListConsumers(ctx); ok; {
+						ci, more := <-names.Info()
+						if !more {
+							break
+						}
+						ok = current(ci.Cluster)
+					}
+				}
+			}
+			if ok {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("testenv: stream %s or its consumers not current within 30s", name)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 }
