@@ -32,6 +32,7 @@ type config struct {
 	ApplyBatch      int
 	ApplyWorkers    int
 	NATSSyncAlways  bool
+	NATSReplicas    int
 	KeyRetention    time.Duration
 	ClosedRetention time.Duration
 	CatalogRefresh  time.Duration
@@ -265,6 +266,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.int(&c.DBMaxConns, "db-max-conns", "FLASHSALE_DB_MAX_CONNS", 16, "database pool size")
 	e.int(&c.ApplyBatch, "apply-batch", "FLASHSALE_APPLY_BATCH", 1000, "most reservations applied in one database transaction")
 	e.int(&c.ApplyWorkers, "apply-workers", "FLASHSALE_APPLY_WORKERS", 2, "concurrent batch appliers per instance")
+	e.int(&c.NATSReplicas, "nats-replicas", "FLASHSALE_NATS_REPLICAS", 1, "replicas of the JetStream streams and durable consumers (3 on a 3-node JetStream cluster; a stream with more is never lowered)")
 	e.bool(&c.NATSSyncAlways, "nats-sync-always", "FLASHSALE_NATS_SYNC_ALWAYS", false, "embedded JetStream fsyncs every write (survives power loss; slower)")
 	e.dur(&c.KeyRetention, "key-retention", "FLASHSALE_KEY_RETENTION", 24*time.Hour, "how long after a sale ends its Redis keys are kept (never while work is in flight)")
 	e.dur(&c.ClosedRetention, "closed-retention", "FLASHSALE_CLOSED_RETENTION", stockgate.DefaultClosedRetention, "how long Redis remembers a closed order id (a retry of it is a duplicate); an older retry is answered from the database")
@@ -342,6 +344,10 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, fmt.Errorf("stream-retention must be at least 1s")
 	case c.ReconcileLimit < 0:
 		return c, fmt.Errorf("reconcile-threshold must be 0 or more")
+	case c.NATSReplicas < 1 || c.NATSReplicas > 5:
+		return c, fmt.Errorf("nats-replicas must be 1..5 (JetStream's limit), got %d", c.NATSReplicas)
+	case c.NATSReplicas > 1 && c.NATSURL == "embedded":
+		return c, fmt.Errorf("nats-replicas %d needs a JetStream cluster (nats-url nats://host1,nats://host2,...): the embedded server is one node", c.NATSReplicas)
 	}
 	if _, err := c.backoff(); err != nil {
 		return c, err

@@ -170,10 +170,10 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
-	if a.queue, err = orderqueue.Open(octx, a.nc, orderqueue.Config{AckWait: cfg.AckWait, MaxAge: cfg.StreamRetention}); err != nil {
+	if a.queue, err = orderqueue.Open(octx, a.nc, orderqueue.Config{AckWait: cfg.AckWait, MaxAge: cfg.StreamRetention, Replicas: cfg.NATSReplicas, Log: log}); err != nil {
 		return nil, err
 	}
-	if err = a.queue.EnsureEventStream(octx, orderqueue.Config{}); err != nil {
+	if err = a.queue.EnsureEventStream(octx, orderqueue.Config{Replicas: cfg.NATSReplicas, Log: log}); err != nil {
 		return nil, err
 	}
 
@@ -299,13 +299,8 @@ func (a *app) openStores(ctx context.Context) (err error) {
 	if a.store, err = orderstore.Open(ctx, a.cfg.DatabaseURL, orderstore.Options{MaxConns: int32(a.cfg.DBMaxConns), Logger: a.log, PaymentTimeout: a.cfg.PaymentTimeout}); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
-	ropt, err := rueidis.ParseURL(a.cfg.RedisURL)
-	if err != nil {
-		return fmt.Errorf("redis url: %w", err)
-	}
-	ropt.DisableCache = true
-	if a.redis, err = rueidis.NewClient(ropt); err != nil {
-		return fmt.Errorf("redis: %w", err)
+	if a.redis, err = stockgate.Dial(a.cfg.RedisURL); err != nil {
+		return err
 	}
 	a.gate = stockgate.New(a.redis, a.cfg.RedisPrefix)
 	if a.cfg.ClosedRetention > 0 {
@@ -389,13 +384,8 @@ func (a *app) rebuildAll(ctx context.Context) error {
 	if err := a.catalog.Refresh(ctx); err != nil {
 		return err
 	}
-	var errs []error
-	for _, id := range a.activeSKUs() {
-		if _, err := a.sync.Rebuild(ctx, id); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", id, err))
-		}
-	}
-	return errors.Join(errs...)
+	_, err := a.sync.RebuildAll(ctx, a.activeSKUs())
+	return err
 }
 
 // timeoutGate bounds each gate call: a hung Redis must not hold requests.

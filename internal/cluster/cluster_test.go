@@ -21,9 +21,9 @@ import (
 )
 
 const (
-	// hotBuckets is the hot SKU's stock bucket count; it becomes 3 (one
-	// bucket per primary) once PUT /admin/v1/skus/{id} takes "buckets".
-	hotBuckets = 1
+	// hotBuckets is the hot SKU's stock bucket count: one bucket per
+	// Redis primary, so its gate calls land on all three.
+	hotBuckets = 3
 	// natsReplicas is the order streams' replica count the instances ask
 	// for (FLASHSALE_NATS_REPLICAS; a build without the setting ignores it
 	// and creates one replica).

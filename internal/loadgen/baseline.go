@@ -113,16 +113,44 @@ func GateBaseline(ctx context.Context, c rueidis.Client, prefix string, conc int
 }
 
 // DeleteKeys deletes every Redis key under prefix + ":" (SCAN + UNLINK).
+// On a Redis Cluster it scans every node the client knows (a keyless SCAN
+// reaches one arbitrary node) and unlinks key by key through the cluster
+// client, which sends each to its slot's primary.
 func DeleteKeys(ctx context.Context, c rueidis.Client, prefix string) error {
+	if c.Mode() != rueidis.ClientModeCluster {
+		return deleteKeys(ctx, c, c, prefix)
+	}
+	for _, node := range c.Nodes() {
+		if err := deleteKeys(ctx, node, c, prefix); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteKeys scans node and unlinks what it finds through c.
+func deleteKeys(ctx context.Context, node, c rueidis.Client, prefix string) error {
 	match := globEscape(prefix) + ":*"
 	var cursor uint64
 	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(match).Count(1000).Build()).AsScanEntry()
+		e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(match).Count(1000).Build()).AsScanEntry()
 		if err != nil {
 			return err
 		}
 		if len(e.Elements) > 0 {
-			if err := c.Do(ctx, c.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
+			if c.Mode() == rueidis.ClientModeCluster {
+				// One slot per command: keys of several slots in one UNLINK
+				// are refused (CROSSSLOT).
+				cmds := make(rueidis.Commands, len(e.Elements))
+				for i, k := range e.Elements {
+					cmds[i] = c.B().Unlink().Key(k).Build()
+				}
+				for _, r := range c.DoMulti(ctx, cmds...) {
+					if err := r.Error(); err != nil {
+						return err
+					}
+				}
+			} else if err := c.Do(ctx, c.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
 				return err
 			}
 		}

@@ -176,38 +176,85 @@ func (q *Queue) Unapplied(ctx context.Context, sku string) ([]sale.Reservation, 
 	return append(out, dead...), nil
 }
 
-func readAll(ctx context.Context, st jetstream.Stream, subject string, from uint64) ([]sale.Reservation, error) {
-	info, err := st.Info(ctx)
+// UnappliedAll is Unapplied for every SKU at once, bucketed by SKU: the
+// stream is read once from the consumer's ack floor, and the dead letters
+// once, through one ordered consumer each, however many SKUs there are (a
+// rebuild of thousands of SKUs would otherwise create a consumer per SKU
+// and run into the broker's consumer limits).
+func (q *Queue) UnappliedAll(ctx context.Context) (map[string][]sale.Reservation, error) {
+	ci, err := q.consumer.Info(ctx)
 	if err != nil {
 		return nil, err
 	}
+	out := map[string][]sale.Reservation{}
+	add := func(subject, prefix string, r sale.Reservation) {
+		sku := strings.TrimPrefix(subject, prefix)
+		out[sku] = append(out[sku], r)
+	}
+	if err := readEach(ctx, q.stream, SubjectPrefix+"*", ci.AckFloor.Stream+1, func(subj string, r sale.Reservation) {
+		add(subj, SubjectPrefix, r)
+	}); err != nil {
+		return nil, err
+	}
+	if err := readEach(ctx, q.dlq, DeadLetterPrefix+"*", 1, func(subj string, r sale.Reservation) {
+		add(subj, DeadLetterPrefix, r)
+	}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func readAll(ctx context.Context, st jetstream.Stream, subject string, from uint64) ([]sale.Reservation, error) {
+	var out []sale.Reservation
+	err := readEach(ctx, st, subject, from, func(_ string, r sale.Reservation) { out = append(out, r) })
+	return out, err
+}
+
+// readEach calls f with every valid reservation of st on subject (a
+// wildcard is fine) from sequence from up to the stream's last message when
+// the read began, through one ordered consumer.
+func readEach(ctx context.Context, st jetstream.Stream, subject string, from uint64, f func(subject string, r sale.Reservation)) error {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
 	if info.State.Msgs == 0 || from > info.State.LastSeq {
-		return nil, nil
+		return nil
 	}
 	oc, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subject},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:    max(from, 1),
+		// A backstop for the delete below (a process that dies mid-read):
+		// the default keeps an idle ordered consumer for 5 minutes, and
+		// thousands of them run into the broker's consumer limits.
+		InactiveThreshold: 10 * time.Second,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
+	defer func() {
+		if info := oc.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = st.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}
+	}()
 	// Read up to the last message the stream held when we started; an empty
 	// fetch is retried a few times before giving up, so a slow server cannot
 	// make the read stop short silently.
 	ci, err := oc.Info(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if ci.NumPending == 0 {
-		return nil, nil
+		return nil
 	}
-	var out []sale.Reservation
 	var lastSeq uint64
 	for empty := 0; empty < 5; {
 		batch, err := oc.Fetch(1000, jetstream.FetchMaxWait(500*time.Millisecond))
 		if err != nil {
-			return out, err
+			return err
 		}
 		n := 0
 		var pending uint64
@@ -215,21 +262,21 @@ func readAll(ctx context.Context, st jetstream.Stream, subject string, from uint
 			n++
 			var r sale.Reservation
 			if json.Unmarshal(m.Data(), &r) == nil && r.Validate() == nil {
-				out = append(out, r)
+				f(m.Subject(), r)
 			}
 			if md, err := m.Metadata(); err == nil {
 				pending, lastSeq = md.NumPending, md.Sequence.Stream
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return out, err
+			return err
 		}
 		switch {
 		case n > 0 && pending == 0:
-			return out, nil
+			return nil
 		case n == 0:
 			empty++
 		}
 	}
-	return out, fmt.Errorf("orderqueue: reading %s: the stream stopped answering at sequence %d of %d", subject, lastSeq, info.State.LastSeq)
+	return fmt.Errorf("orderqueue: reading %s: the stream stopped answering at sequence %d of %d", subject, lastSeq, info.State.LastSeq)
 }

@@ -42,14 +42,18 @@ func (q *Queue) EnsureEventStream(ctx context.Context, cfg Config) error {
 	q.mu.Lock()
 	q.eventCfg = &cfg
 	q.mu.Unlock()
-	_, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	r, err := q.replicas(ctx, EventStream, cfg.Replicas)
+	if err != nil {
+		return err
+	}
+	_, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:       EventStream,
 		Subjects:   []string{EventSubjectPrefix + "*"},
 		Storage:    jetstream.FileStorage,
 		Retention:  jetstream.LimitsPolicy,
 		MaxAge:     cfg.MaxAge,
 		Duplicates: cfg.DuplicateWindow,
-		Replicas:   cfg.Replicas,
+		Replicas:   r,
 	})
 	if err != nil {
 		return fmt.Errorf("orderqueue: event stream: %w", err)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -46,8 +47,14 @@ type Config struct {
 	AckWait time.Duration
 	// MaxAckPending bounds messages delivered and not yet acknowledged (default 20000).
 	MaxAckPending int
-	// Replicas of the stream on a clustered broker (default 1).
+	// Replicas of the streams and durable consumers on a clustered broker
+	// (default 1; 3 on a 3-node JetStream cluster survives the loss of one
+	// node). A stream that already has more replicas keeps them: an
+	// operator's higher count is never lowered (see Log).
 	Replicas int
+	// Log receives the notice that a stream kept more replicas than
+	// configured (nil: discarded).
+	Log *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -66,7 +73,30 @@ func (c Config) withDefaults() Config {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
 	return c
+}
+
+// replicas returns the replica count to create or update stream name with:
+// the configured one, or the stream's own if it has more (an operator
+// raised it; lowering it would take away the redundancy they chose).
+func (q *Queue) replicas(ctx context.Context, name string, want int) (int, error) {
+	st, err := q.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return want, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("orderqueue: stream %s: %w", name, err)
+	}
+	have := st.CachedInfo().Config.Replicas
+	if have > want {
+		q.cfg.Log.Info("stream keeps more replicas than configured (flashsale never lowers them)",
+			"stream", name, "replicas", have, "configured", want)
+		return have, nil
+	}
+	return want, nil
 }
 
 // Queue is the stream and its consumer. Safe for concurrent use.
@@ -104,6 +134,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 // address the stream and consumers by name).
 func (q *Queue) create(ctx context.Context) error {
 	cfg := q.cfg
+	orderR, err := q.replicas(ctx, StreamName, cfg.Replicas)
+	if err != nil {
+		return err
+	}
+	dlqR, err := q.replicas(ctx, DeadLetterStream, cfg.Replicas)
+	if err != nil {
+		return err
+	}
 	st, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:      StreamName,
 		Subjects:  []string{SubjectPrefix + "*"},
@@ -113,7 +151,7 @@ func (q *Queue) create(ctx context.Context) error {
 		// database outage). Retain removes acknowledged messages instead.
 		MaxAge:     0,
 		Duplicates: cfg.DuplicateWindow,
-		Replicas:   cfg.Replicas,
+		Replicas:   orderR,
 	})
 	if err != nil {
 		return fmt.Errorf("orderqueue: stream: %w", err)
@@ -124,18 +162,19 @@ func (q *Queue) create(ctx context.Context) error {
 		Storage:    jetstream.FileStorage,
 		Retention:  jetstream.LimitsPolicy,
 		Duplicates: cfg.DuplicateWindow,
-		Replicas:   cfg.Replicas,
+		Replicas:   dlqR,
 	})
 	if err != nil {
 		return fmt.Errorf("orderqueue: dead-letter stream: %w", err)
 	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	cons, err := createConsumer(ctx, st, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxAckPending: cfg.MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		FilterSubject: SubjectPrefix + "*",
+		Replicas:      orderR,
 	})
 	if err != nil {
 		return fmt.Errorf("orderqueue: consumer: %w", err)
@@ -157,6 +196,30 @@ func deleteRetired(ctx context.Context, st jetstream.Stream) error {
 		return fmt.Errorf("orderqueue: deleting the retired consumer %s: %w", ExpiryConsumerName, err)
 	}
 	return nil
+}
+
+// createConsumer creates or updates a durable consumer. A stream whose
+// replicas were just raised takes a moment to apply it across the cluster;
+// meanwhile the broker refuses a consumer with as many replicas as the
+// stream's new count ("exceeds parent stream"): retried for up to 15 s.
+// errConsumerReplicasExceedStream is the broker's JSConsumerReplicasExceedsStream
+// (nats.go names no constant for it).
+const errConsumerReplicasExceedStream jetstream.ErrorCode = 10126
+
+func createConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := st.CreateOrUpdateConsumer(ctx, cfg)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errConsumerReplicasExceedStream || time.Now().After(deadline) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Message is one reservation to publish.

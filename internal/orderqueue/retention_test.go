@@ -14,7 +14,11 @@ import (
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
-func openQueue(t *testing.T, cfg orderqueue.Config) *orderqueue.Queue {
+func openQueue(t *testing.T, cfg orderqueue.Config) *orderqueue.Queue { return openQueueCfg(t, cfg) }
+
+func openQueueB(b *testing.B) *orderqueue.Queue { return openQueueCfg(b, orderqueue.Config{}) }
+
+func openQueueCfg(t testing.TB, cfg orderqueue.Config) *orderqueue.Queue {
 	t.Helper()
 	nc, err := nats.Connect(testenv.NATS(t))
 	if err != nil {

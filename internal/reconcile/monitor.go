@@ -13,8 +13,10 @@ type RunIDSource interface {
 }
 
 // Monitor notices a Redis that restarted (its run id changed), which may
-// have come back empty or with old counters, and rebuilds every active sale
-// from the database before the gate sells against it again. An emptied Redis
+// have come back empty or with old counters, or on a Redis Cluster a
+// primary replaced by a replica that may miss its last writes (see
+// stockgate Gate.RunID), and rebuilds every active sale from the database
+// before the gate sells against it again. An emptied Redis
 // is also refused by the gate itself (no epoch): the monitor makes the
 // recovery prompt, and catches restarts that kept stale data.
 type Monitor struct {
@@ -48,7 +50,7 @@ func (m *Monitor) RunOnce(ctx context.Context) (bool, error) {
 		m.last = id // another instance handled it, or nothing changed
 		return false, nil
 	}
-	m.log.Warn("redis restarted or is new: rebuilding every active sale from the database", "run_id", id, "previous", prev)
+	m.log.Warn("redis restarted, failed over or is new: rebuilding every active sale from the database", "run_id", id, "previous", prev)
 	if err := m.rebuild(ctx); err != nil {
 		// Let the next check try again.
 		_, _ = m.src.SwapRunID(ctx, prev)

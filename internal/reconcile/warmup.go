@@ -35,6 +35,13 @@ type Queue interface {
 	Unapplied(ctx context.Context, sku string) ([]sale.Reservation, error)
 }
 
+// BulkQueue is a Queue that reads every SKU's in-flight reservations in
+// one pass (one consumer, not one per SKU): RebuildAll uses it when the
+// queue has it.
+type BulkQueue interface {
+	UnappliedAll(ctx context.Context) (map[string][]sale.Reservation, error)
+}
+
 // Gate is the Redis side.
 type Gate interface {
 	Seed(ctx context.Context, sku string, cfg stockgate.Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []stockgate.Release, idem map[string]string, epoch string) (bool, error)
@@ -159,6 +166,64 @@ func (s *Syncer) Warm(ctx context.Context, id string) (WarmResult, error) {
 // and after the database fallback sold while Redis was out. Buyers' holdings
 // are rebuilt from live orders plus reservations in flight.
 func (s *Syncer) Rebuild(ctx context.Context, id string) (WarmResult, error) {
+	return s.rebuild(ctx, id, nil)
+}
+
+// rebuildWorkers bounds the SKUs RebuildAll rebuilds at once (each holds a
+// database connection for its snapshots).
+const rebuildWorkers = 8
+
+// RebuildAll rebuilds every SKU of ids (see Rebuild), rebuildWorkers at a
+// time. The stream's in-flight reservations are read once for all of them
+// when the queue is a BulkQueue: the read comes after the loss it repairs
+// (the caller noticed it), every reservation accepted later is in Redis'
+// own records, and one applied since the read is in the database snapshot
+// each SKU reads afterwards, so no reservation is missed or counted twice.
+// It returns the results of the SKUs rebuilt and the errors of the others,
+// joined.
+func (s *Syncer) RebuildAll(ctx context.Context, ids []string) ([]WarmResult, error) {
+	var pre map[string][]sale.Reservation
+	if bq, ok := s.queue.(BulkQueue); ok {
+		var err error
+		if pre, err = bq.UnappliedAll(ctx); err != nil {
+			return nil, fmt.Errorf("reading the stream's in-flight reservations: %w", err)
+		}
+		if pre == nil {
+			pre = map[string][]sale.Reservation{}
+		}
+	}
+	var (
+		mu   sync.Mutex
+		out  []WarmResult
+		errs []error
+		wg   sync.WaitGroup
+		next = make(chan string)
+	)
+	for range min(rebuildWorkers, len(ids)) {
+		wg.Go(func() {
+			for id := range next {
+				r, err := s.rebuild(ctx, id, pre)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", id, err))
+				} else {
+					out = append(out, r)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, id := range ids {
+		next <- id
+	}
+	close(next)
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// rebuild is Rebuild with the stream's in-flight reservations of every SKU
+// already read (pre; nil: read this SKU's from the queue).
+func (s *Syncer) rebuild(ctx context.Context, id string, pre map[string][]sale.Reservation) (WarmResult, error) {
 	token, unlock, err := s.lock(ctx, id)
 	if err != nil {
 		return WarmResult{}, err
@@ -176,7 +241,7 @@ func (s *Syncer) Rebuild(ctx context.Context, id string) (WarmResult, error) {
 	if err := s.gate.Fence(ctx, id); err != nil {
 		return WarmResult{}, err
 	}
-	return s.warm(ctx, id, token)
+	return s.warmWith(ctx, id, token, pre)
 }
 
 // warm loads or resyncs id under the change lock token. A resync whose
@@ -184,8 +249,12 @@ func (s *Syncer) Rebuild(ctx context.Context, id string) (WarmResult, error) {
 // retried from the read, up to syncAttempts times; then it gives up with an
 // error wrapping stockgate.ErrMoved, having written nothing.
 func (s *Syncer) warm(ctx context.Context, id, token string) (WarmResult, error) {
+	return s.warmWith(ctx, id, token, nil)
+}
+
+func (s *Syncer) warmWith(ctx context.Context, id, token string, pre map[string][]sale.Reservation) (WarmResult, error) {
 	for attempt := 1; ; attempt++ {
-		r, err := s.warmOnce(ctx, id, token)
+		r, err := s.warmOnce(ctx, id, token, pre)
 		if !errors.Is(err, stockgate.ErrReseeded) && !errors.Is(err, stockgate.ErrMoved) {
 			return r, err
 		}
@@ -195,7 +264,7 @@ func (s *Syncer) warm(ctx context.Context, id, token string) (WarmResult, error)
 	}
 }
 
-func (s *Syncer) warmOnce(ctx context.Context, id, token string) (WarmResult, error) {
+func (s *Syncer) warmOnce(ctx context.Context, id, token string, pre map[string][]sale.Reservation) (WarmResult, error) {
 	// Re-register every time: the relay and the janitor work from this list.
 	if err := s.gate.Register(ctx, id); err != nil {
 		return WarmResult{}, err
@@ -221,7 +290,7 @@ func (s *Syncer) warmOnce(ctx context.Context, id, token string) (WarmResult, er
 		return WarmResult{}, err
 	}
 	if !f.Loaded {
-		res, seeded, err := s.seed(ctx, sku, cfg, f)
+		res, seeded, err := s.seed(ctx, sku, cfg, f, pre)
 		if err != nil {
 			return WarmResult{}, err
 		}
@@ -243,12 +312,16 @@ func (s *Syncer) warmOnce(ctx context.Context, id, token string) (WarmResult, er
 // seed loads an unloaded SKU. In flight are the reservations Redis still
 // records and those the stream holds unacknowledged or dead-lettered, less
 // those the database has processed.
-func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f stockgate.InFlight) (WarmResult, bool, error) {
+func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f stockgate.InFlight, pre map[string][]sale.Reservation) (WarmResult, bool, error) {
 	cand := map[string]sale.Reservation{}
 	for _, r := range f.Reservations {
 		cand[r.OrderID] = r
 	}
-	if s.queue != nil {
+	if pre != nil {
+		for _, r := range pre[sku.ID] {
+			cand[r.OrderID] = r
+		}
+	} else if s.queue != nil {
 		more, err := s.queue.Unapplied(ctx, sku.ID)
 		if err != nil {
 			return WarmResult{}, false, fmt.Errorf("reading the stream's in-flight reservations: %w", err)

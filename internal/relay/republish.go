@@ -24,6 +24,13 @@ type Holder interface {
 	Unapplied(ctx context.Context, sku string) ([]sale.Reservation, error)
 }
 
+// BulkHolder is a Holder that answers for every SKU in one read (one
+// consumer, however many SKUs): the republisher reads it at most once per
+// pass instead of once per SKU.
+type BulkHolder interface {
+	UnappliedAll(ctx context.Context) (map[string][]sale.Reservation, error)
+}
+
 // RepublishConfig tunes the republisher. Zero values take the defaults.
 type RepublishConfig struct {
 	// After is how long a reservation may stay in flight after its
@@ -79,6 +86,8 @@ type Republisher struct {
 
 	skus  map[string]*skuScan
 	tried map[string]time.Time // order id -> last looked at
+
+	pass map[string][]sale.Reservation // this pass's BulkHolder read (nil: not read yet)
 }
 
 type skuScan struct {
@@ -132,6 +141,8 @@ func (r *Republisher) RunOnce(ctx context.Context, now time.Time) (RepublishResu
 	}
 	var firstErr error
 	seen := map[string]bool{}
+	r.pass = nil
+	defer func() { r.pass = nil }()
 	for _, sku := range skus {
 		seen[sku] = true
 		if err := r.sku(ctx, sku, now, &res); err != nil && firstErr == nil {
@@ -187,7 +198,7 @@ func (r *Republisher) sku(ctx context.Context, sku string, now time.Time, res *R
 		// Read the stream before trusting an absence: a reservation pending
 		// for the consumer or dead-lettered must not be published again.
 		// (a stock bucket's reservations are on its SKU's subject)
-		held, err := r.held.Unapplied(ctx, sale.SKUOfBucket(sku))
+		held, err := r.unapplied(ctx, sale.SKUOfBucket(sku))
 		if err != nil {
 			return err
 		}
@@ -219,4 +230,24 @@ func (r *Republisher) sku(ctx context.Context, sku string, now time.Time, res *R
 		res.Republished++
 	}
 	return nil
+}
+
+// unapplied is what the broker holds of sku: from one read of every SKU per
+// pass when the holder can, else from a read of this SKU.
+func (r *Republisher) unapplied(ctx context.Context, sku string) ([]sale.Reservation, error) {
+	bulk, ok := r.held.(BulkHolder)
+	if !ok {
+		return r.held.Unapplied(ctx, sku)
+	}
+	if r.pass == nil {
+		all, err := bulk.UnappliedAll(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if all == nil {
+			all = map[string][]sale.Reservation{}
+		}
+		r.pass = all
+	}
+	return r.pass[sku], nil
 }

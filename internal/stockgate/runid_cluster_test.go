@@ -115,3 +115,76 @@ func TestRunIDCluster(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestPingCluster: readiness PINGs every primary of a Redis Cluster, so a
+// dead primary (its SKUs can sell nothing) is seen whichever node a keyless
+// PING would have reached, and its promoted replica is ready again.
+func TestPingCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a six-node Redis Cluster")
+	}
+	rc := testenv.StartRedisCluster(t)
+	g := stockgate.New(rc.Client(), "fs")
+	ctx := context.Background()
+	if err := g.Ping(ctx); err != nil {
+		t.Fatalf("healthy cluster: %v", err)
+	}
+	prim, err := g.Primaries(ctx)
+	if err != nil || len(prim) != 3 {
+		t.Fatalf("primaries %v, %v; want 3", prim, err)
+	}
+	p := rc.Primaries()[1]
+	rep := rc.ReplicaOf(p)
+	rc.Node(p).Kill()
+	for i := range 10 {
+		if err := g.Ping(ctx); err == nil {
+			t.Fatalf("ping %d with primary %s dead: nil error", i, p)
+		}
+	}
+	rc.WaitOK()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := g.Ping(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s promoted, ping still fails: %v", rep, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRunIDClusterHostnames: a cluster that announces hostnames
+// (cluster-preferred-endpoint-type hostname, as deploy/compose/cluster.yaml
+// does) is known to the client by hostname:port while CLUSTER NODES leads
+// with ip:port: readiness and the run id still find every primary.
+func TestRunIDClusterHostnames(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a six-node Redis Cluster")
+	}
+	rc := testenv.StartRedisCluster(t, "--cluster-announce-hostname", "localhost", "--cluster-preferred-endpoint-type", "hostname")
+	g := stockgate.New(rc.Client(), "fs")
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	var first string
+	for {
+		var err error
+		if first, err = g.RunID(ctx); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run id: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(first, "localhost:") || strings.Count(first, "=") != 3 {
+		t.Fatalf("run id %q: want 3 primaries by hostname", first)
+	}
+	if err := g.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	if again, err := g.RunID(ctx); err != nil || again != first {
+		t.Fatalf("run id changed with nothing happening: %q %v, first %q", again, err, first)
+	}
+}

@@ -31,6 +31,12 @@ type NATSServer struct {
 	name string
 	port int
 
+	// A node of a NATSCluster: its cluster name, route port and the routes
+	// to every node (empty for a lone server).
+	cluster     string
+	clusterPort int
+	routes      string
+
 	mu  sync.Mutex
 	srv *server.Server // nil while shut down
 }
@@ -94,6 +100,10 @@ func (s *NATSServer) start() {
 		NoLog:      true,
 		NoSigs:     true,
 	}
+	if s.cluster != "" {
+		opts.Cluster = server.ClusterOpts{Name: s.cluster, Host: "127.0.0.1", Port: s.clusterPort}
+		opts.Routes = server.RoutesFromStr(s.routes)
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		s.t.Fatalf("testenv: nats-server: %v", err)
@@ -104,7 +114,7 @@ func (s *NATSServer) start() {
 		srv.WaitForShutdown()
 		s.t.Fatalf("testenv: nats-server on 127.0.0.1:%d not ready for connections within 10s", s.port)
 	}
-	if !srv.JetStreamEnabled() {
+	if s.cluster == "" && !srv.JetStreamEnabled() {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 		s.t.Fatalf("testenv: nats-server started without JetStream (store dir %s)", s.StoreDir)

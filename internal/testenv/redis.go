@@ -84,6 +84,8 @@ func redisOptions(url string) (rueidis.ClientOption, error) {
 	}
 	// Client-side caching would add CLIENT TRACKING traffic for nothing here.
 	opt.DisableCache = true
+	// On a cluster, see a promoted replica within a second (as serve does).
+	opt.ClusterOption.ShardsRefreshInterval = time.Second
 	opt.Dialer.Timeout = 5 * time.Second
 	return opt, nil
 }
@@ -101,25 +103,37 @@ func deleteKeys(opt rueidis.ClientOption, prefix string) error {
 	if err := client.Do(ctx, client.B().Del().Key(prefix).Build()).Error(); err != nil {
 		return err
 	}
+	nodes := map[string]rueidis.Client{"": client}
+	if client.Mode() == rueidis.ClientModeCluster {
+		nodes = client.Nodes() // a keyless SCAN reaches one node only
+	}
 	match := globEscape(prefix) + ":*"
-	var cursor uint64
-	for {
-		e, err := client.Do(ctx, client.B().Scan().Cursor(cursor).Match(match).Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			return err
-		}
-		// Deleting keys SCAN has already returned is safe: SCAN still
-		// returns every key that exists for the whole iteration.
-		if len(e.Elements) > 0 {
-			if err := client.Do(ctx, client.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
+	for _, node := range nodes {
+		var cursor uint64
+		for {
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(match).Count(1000).Build()).AsScanEntry()
+			if err != nil {
 				return err
 			}
+			// Deleting keys SCAN has already returned is safe: SCAN still
+			// returns every key that exists for the whole iteration. One
+			// key per UNLINK: keys of several slots in one are CROSSSLOT.
+			cmds := make(rueidis.Commands, len(e.Elements))
+			for i, k := range e.Elements {
+				cmds[i] = client.B().Unlink().Key(k).Build()
+			}
+			for _, r := range client.DoMulti(ctx, cmds...) {
+				if err := r.Error(); err != nil {
+					return err
+				}
+			}
+			if e.Cursor == 0 {
+				break
+			}
+			cursor = e.Cursor
 		}
-		if e.Cursor == 0 {
-			return nil
-		}
-		cursor = e.Cursor
 	}
+	return nil
 }
 
 // globEscape quotes the characters SCAN MATCH treats as a pattern.

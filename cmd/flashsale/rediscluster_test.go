@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// countingLog passes lines to the test log and counts those with needle.
+type countingLog struct {
+	t      *testing.T
+	needle string
+	n      *atomic.Int64
+}
+
+func (w countingLog) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.needle) {
+		w.n.Add(1)
+	}
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestServeRedisCluster runs serve on a Redis Cluster of 3 primaries + 3
+// replicas with a 200 ms monitor: idle, it never rebuilds (it rebuilt every
+// sale on most checks when the run id was one arbitrary node's); a forced
+// failover is one rebuild; purchases go on and every invariant holds.
+func TestServeRedisCluster(t *testing.T) {
+	slowEndToEnd(t)
+	rc := testenv.StartRedisCluster(t)
+	cfg := testConfig(t, "embedded", "FLASHSALE_REDIS_URL", rc.URL, "FLASHSALE_REDIS_MONITOR_EVERY", "200ms")
+	var rebuilds atomic.Int64
+	log := slog.New(slog.NewTextHandler(countingLog{t, "rebuilding every active sale", &rebuilds}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, err := start(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.handler)
+	h := &harness{t: t, cfg: cfg, a: a, srv: srv, srvURL: srv.URL, hc: &http.Client{Timeout: 20 * time.Second}}
+	t.Cleanup(func() {
+		srv.Close()
+		a.close()
+	})
+	skus := []string{"CA", "CB", "CC", "CD", "CE", "CF"}
+	for _, s := range skus {
+		h.mustPutSKU(s, 100, 5)
+	}
+	accepted := map[string][]string{}
+	buy := func(round int) {
+		t.Helper()
+		for i, s := range skus {
+			r := h.buy(fmt.Sprintf("u%d-%d", round, i), s, 1, "")
+			if r.Status != http.StatusAccepted {
+				t.Fatalf("buy %s: %d %s", s, r.Status, r.Raw)
+			}
+			accepted[s] = append(accepted[s], r.str("order_id"))
+		}
+	}
+	buy(0)
+	if r := h.do(http.MethodGet, "/readyz", ""); r.Status != http.StatusOK {
+		t.Fatalf("readyz on a healthy cluster: %d %s", r.Status, r.Raw)
+	}
+	base := rebuilds.Load()
+	time.Sleep(3 * time.Second) // 15 monitor periods
+	if n := rebuilds.Load() - base; n != 0 {
+		t.Fatalf("idle cluster: %d rebuilds in 15 monitor periods, want 0", n)
+	}
+
+	p := rc.Primaries()[0]
+	rc.Failover(rc.ReplicaOf(p), "FORCE")
+	deadline := time.Now().Add(15 * time.Second)
+	for rebuilds.Load() == base {
+		if time.Now().After(deadline) {
+			t.Fatalf("forced failover of %s: no rebuild within 15 s", p)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	if n := rebuilds.Load() - base; n != 1 {
+		t.Fatalf("forced failover: %d rebuilds, want 1", n)
+	}
+	buy(1)
+	for _, s := range skus {
+		settle(t, a, s, accepted[s], 30*time.Second)
+	}
+}
