@@ -33,7 +33,7 @@ func replicasOf(t *testing.T, js jetstream.JetStream) map[string]int {
 		}
 		got[name] = info.Config.Replicas
 	}
-	for _, name := range []string{orderqueue.ConsumerName, orderqueue.ExpiryConsumerName} {
+	for _, name := range []string{orderqueue.ConsumerName} {
 		c, err := js.Consumer(ctx, orderqueue.StreamName, name)
 		if err != nil {
 			t.Fatalf("consumer %s: %v", name, err)
@@ -86,7 +86,7 @@ func TestReplicas(t *testing.T) {
 	nc := testenv.StartNATSCluster(t, 3)
 	all := func(n int) map[string]int {
 		return map[string]int{orderqueue.StreamName: n, orderqueue.DeadLetterStream: n, orderqueue.EventStream: n,
-			orderqueue.ConsumerName: n, orderqueue.ExpiryConsumerName: n}
+			orderqueue.ConsumerName: n}
 	}
 	eq := func(a, b map[string]int) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
 
