@@ -180,6 +180,10 @@ func TestCluster(t *testing.T) {
 		r.note = fmt.Sprintf("primary of {hot} (%s) killed, its replica promoted", killedRedis)
 		if err := redis.WaitPromoted(killedRedis, 30*time.Second); err != nil {
 			t.Error(err)
+			for i, n := range redis.Nodes {
+				l := n.Log()
+				t.Logf("%s log (last 3000 bytes):\n%s", redis.Addrs[i], l[max(0, len(l)-3000):])
+			}
 			r.note = fmt.Sprintf("primary of {hot} (%s) killed; cluster not ok within 30s", killedRedis)
 		}
 		r.detected = time.Since(at)

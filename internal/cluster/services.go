@@ -57,6 +57,7 @@ func StartRedisCluster(t testing.TB, host string) *RedisCluster {
 		p := chaos.StartProc(t, fmt.Sprintf("redis-%d", i+1), bin, []string{
 			"--port", strconv.Itoa(port), "--bind", host, "--save", "", "--appendonly", "no", "--dir", dir,
 			"--protected-mode", "no", "--cluster-announce-ip", host, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf",
+			"--repl-diskless-sync-delay", "0", // a replica's first sync at once, not after 5 s
 		}, nil)
 		c.Nodes, c.Addrs = append(c.Nodes, p), append(c.Addrs, addr)
 	}
@@ -106,6 +107,16 @@ func (c *RedisCluster) ok() error {
 		}
 		if n := len(c.primaries(a)); n != 3 {
 			return fmt.Errorf("%s sees %d primaries", a, n)
+		}
+		// A replica that has not finished its first sync has no data to
+		// take over with and never stands for election: a primary killed
+		// before then stays dead (seen: "no failover after 30s").
+		repl, err := redisCmd(a, "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+			return fmt.Errorf("%s: replica not in sync with its primary yet", a)
 		}
 	}
 	return nil
