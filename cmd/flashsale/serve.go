@@ -406,7 +406,9 @@ func (g timeoutGate) Reserve(ctx context.Context, r sale.Reservation) (stockgate
 
 // transferLoop finishes, every second, the transfers between stock buckets
 // whose caller did not (stockgate.SweepTransfers): units in transfer sell
-// again within about that.
+// again within about that. Only split sales have transfers or debts
+// between buckets: the catalog names them, so a catalog of sales in one
+// bucket costs no Redis call here.
 func (a *app) transferLoop(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -415,18 +417,18 @@ func (a *app) transferLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			names, err := a.gate.SKUs(ctx)
-			if err != nil {
-				continue
-			}
-			for _, n := range names {
-				if _, err := a.gate.SweepTransfers(ctx, n, now.Add(-2*time.Second)); err != nil {
-					a.log.Warn("stock bucket transfers", "bucket", n, "err", err)
+			for _, s := range a.catalog.All() {
+				k := s.BucketCount()
+				if k <= 1 {
+					continue
 				}
-				if sale.SKUOfBucket(n) == n {
-					if _, err := a.gate.SettleDebt(ctx, n); err != nil {
-						a.log.Warn("stock bucket debts", "sku_id", n, "err", err)
+				for _, n := range stockgate.BucketNames(s.ID, k) {
+					if _, err := a.gate.SweepTransfers(ctx, n, now.Add(-2*time.Second)); err != nil {
+						a.log.Warn("stock bucket transfers", "bucket", n, "err", err)
 					}
+				}
+				if _, err := a.gate.SettleDebt(ctx, s.ID); err != nil {
+					a.log.Warn("stock bucket debts", "sku_id", s.ID, "err", err)
 				}
 			}
 		}
