@@ -276,7 +276,10 @@ func TestLoadgenHoldConnections(t *testing.T) {
 	if res.Requests != int64(requests) || res.Requests < 80 { // the first of each, then about 3 each
 		t.Errorf("%d requests answered, the server counted %d; want at least 2 per connection", res.Requests, requests)
 	}
-	if res.RSSMB <= 0 || res.HWMMB < res.RSSBeforeMB || res.ServerPID != os.Getpid() || res.FileLimit <= 0 {
+	// The kernel updates VmHWM lazily (RSS is counted per CPU and folded in
+	// batches), so it may trail an earlier VmRSS reading by a fraction of
+	// a megabyte (seen: 77.3 after 77.4).
+	if res.RSSMB <= 0 || res.HWMMB+1 < res.RSSBeforeMB || res.ServerPID != os.Getpid() || res.FileLimit <= 0 {
 		t.Errorf("memory %+v", res)
 	}
 }
