@@ -31,8 +31,6 @@ import (
 // for (refill).
 
 var (
-	//go:embed bucketcheck.lua
-	bucketCheckLua string
 	//go:embed xferout.lua
 	xferOutLua string
 	//go:embed xferin.lua

@@ -388,7 +388,7 @@ func TestBucketsExpirePerBucket(t *testing.T) {
 }
 
 // runBucketScripts runs every script of the stock buckets (bucketread,
-// xferout, xferin, xferdone; bucketcheck runs inside reserve) on g, for
+// xferout, xferin, xferdone) on g, for
 // tests that check each gate script on a Redis Cluster: a sale of 3 units
 // split in 3 buckets, one buyer of bucket 0 taking 2 (one transfer).
 func runBucketScripts(t *testing.T, g *stockgate.Gate, sku string) {

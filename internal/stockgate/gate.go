@@ -86,7 +86,7 @@ func New(c rueidis.Client, prefix string) *Gate {
 		c:        c,
 		prefix:   prefix,
 		closedMs: DefaultClosedRetention.Milliseconds(),
-		reserve:  rueidis.NewLuaScript(bucketCheckLua + reserveLua),
+		reserve:  rueidis.NewLuaScript(reserveLua),
 		finalize: rueidis.NewLuaScript(debtLua + finalizeLua),
 		seed:     rueidis.NewLuaScript(seedLua),
 		inflight: rueidis.NewLuaScriptReadOnly(inflightLua),
@@ -296,15 +296,30 @@ func (g *Gate) reserveIn(ctx context.Context, r sale.Reservation, l Limits, k in
 }
 
 // Duplicate returns the order that user's Idempotency-Key key already made
-// on sku, if the gate holds it: one read, no script, no limit counted. The
-// purchase path asks it instead of the gate for a retry of a SKU it knows
-// is sold out.
+// on sku, if the gate holds it: one round trip (two for a sale split in
+// buckets whose home bucket for user is not bucket 0), no script, no limit
+// counted. The purchase path asks it instead of the gate for a retry of a
+// SKU it knows is sold out, so it is on the sold-out path of every request
+// that carries a key: the bucket count and the key of an unsplit sale are
+// read together (both live under the SKU's own tag).
 func (g *Gate) Duplicate(ctx context.Context, sku, user, key string) (string, bool, error) {
-	k, err := g.Buckets(ctx, sku)
-	if err != nil {
-		return "", false, err
+	field := user + "\x00" + key
+	k0 := g.KeysOf(sku)
+	rs := g.c.DoMulti(ctx,
+		g.c.B().Hget().Key(k0.Meta).Field("buckets").Build(),
+		g.c.B().Hget().Key(k0.Idem).Field(field).Build())
+	k := 1
+	switch v, err := rs[0].AsInt64(); {
+	case err == nil:
+		k = max(int(v), 1)
+	case !rueidis.IsRedisNil(err):
+		return "", false, fmt.Errorf("stockgate: buckets: %w", err)
 	}
-	id, err := g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(HomeName(sku, user, k)).Idem).Field(user+"\x00"+key).Build()).ToString()
+	r := rs[1]
+	if home := HomeName(sku, user, k); home != sku {
+		r = g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(home).Idem).Field(field).Build())
+	}
+	id, err := r.ToString()
 	if rueidis.IsRedisNil(err) {
 		return "", false, nil
 	}

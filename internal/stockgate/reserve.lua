@@ -21,6 +21,8 @@
 -- ARGV[9],  ARGV[10]  user limit: emission interval µs (0 = off), burst
 -- ARGV[11], ARGV[12]  IP limit:   emission interval µs (0 = off), burst
 --   (KEYS[6..8] and ARGV[7..12] may be left out when every limit is off)
+-- ARGV[#ARGV] (last)  the number of stock buckets the caller believes the sale has
+--                 (removed first, so the arguments above keep their numbers)
 -- Returns {code, ...}:
 --   { 1, order_id, avail_after }  accepted
 --   { 2, order_id }               duplicate: the order this key or id already made
@@ -32,51 +34,72 @@
 --   {-6, sku_ms, user_ms, ip_ms}  rate limited: ms until each limit admits again (0 = it passed)
 --   {-7}                          accepted (ARGV[4]) before cfloor: the closed marker of this
 --                                 order id may have been dropped; the caller asks the database
---   {-8}                          (bucketcheck.lua, run in front) the caller's bucket count is stale
+--   {-8}                          the caller's bucket count is stale (the sale was re-split)
 -- Every request that passes the rate limits counts against them, whatever
 -- the outcome (a user stuck at limit_reached who keeps clicking is limited).
 -- A repeat of an order id (the caller's retry after a lost reply) does not,
 -- nor a client's retry of an Idempotency-Key that made an order: it gets that
 -- order back, never a rate-limit refusal.
+local want = table.remove(ARGV)
 local qty = tonumber(ARGV[3])
 local now = tonumber(ARGV[4])
 if not qty or qty < 1 or qty ~= math.floor(qty) or not now or ARGV[1] == '' or ARGV[2] == '' then
   return {-5}
 end
-if redis.call('HEXISTS', KEYS[1], 'epoch') == 0 then
+-- Every field of the meta hash this call reads, in one command: each
+-- redis.call costs about a microsecond of Lua-to-Redis conversion on top of
+-- the command itself, and the reserve is the hottest script of the system.
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'buckets', 'avail', 'limit', 'starts', 'ends', 'inflight', 'cfloor', 'reserved')
+if not m[1] then
   return {-2}
 end
-if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 or redis.call('HEXISTS', KEYS[5], '#' .. ARGV[1]) == 1 then
+-- A bucket seeded for another number of buckets than the caller believes
+-- (the sale was re-split and the caller's catalog is stale): nothing
+-- written, a buyer must always buy from the home bucket the current split
+-- gives them.
+if (m[2] or '1') ~= want then
+  return {-8}
+end
+if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
   return {2, ARGV[1]}
 end
 if ARGV[5] ~= '' then
-  local prev = redis.call('HGET', KEYS[5], ARGV[5])
-  if prev then return {2, prev} end
+  local d = redis.call('HMGET', KEYS[5], '#' .. ARGV[1], ARGV[5])
+  if d[1] then return {2, ARGV[1]} end
+  if d[2] then return {2, d[2]} end
+elseif redis.call('HEXISTS', KEYS[5], '#' .. ARGV[1]) == 1 then
+  return {2, ARGV[1]}
 end
 
 -- Rate limits: GCRA on Redis' clock (one clock for every instance). With
 -- every limit off the caller may leave out KEYS[6..8] and ARGV[7..12].
 local now_us, charge, wait
 local limited = false
+local on = {}
 for i = 1, 3 do
   local t = tonumber(ARGV[5 + 2 * i])
-  if t and t > 0 then
-    if not now_us then
-      local tm = redis.call('TIME')
-      now_us = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-      charge, wait = {}, {0, 0, 0}
-    end
-    local burst = tonumber(ARGV[6 + 2 * i]) or 1
-    if burst < 1 then burst = 1 end
-    local tat = tonumber(redis.call('GET', KEYS[5 + i]) or '') or now_us
-    if tat < now_us then tat = now_us end
-    local new_tat = tat + t
-    local allow_at = new_tat - burst * t
-    if allow_at > now_us then
-      wait[i] = math.ceil((allow_at - now_us) / 1000)
-      limited = true
-    else
-      charge[i] = new_tat
+  if t and t > 0 then on[i] = t end
+end
+if on[1] or on[2] or on[3] then
+  local tm = redis.call('TIME')
+  now_us = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+  charge, wait = {}, {0, 0, 0}
+  local tats = redis.call('MGET', KEYS[6], KEYS[7], KEYS[8])
+  for i = 1, 3 do
+    local t = on[i]
+    if t then
+      local burst = tonumber(ARGV[6 + 2 * i]) or 1
+      if burst < 1 then burst = 1 end
+      local tat = tonumber(tats[i] or '') or now_us
+      if tat < now_us then tat = now_us end
+      local new_tat = tat + t
+      local allow_at = new_tat - burst * t
+      if allow_at > now_us then
+        wait[i] = math.ceil((allow_at - now_us) / 1000)
+        limited = true
+      else
+        charge[i] = new_tat
+      end
     end
   end
 end
@@ -92,17 +115,16 @@ local function count()
   end
 end
 
-local m = redis.call('HMGET', KEYS[1], 'avail', 'limit', 'starts', 'ends', 'inflight', 'cfloor')
-local avail = tonumber(m[1])
-local limit = tonumber(m[2])
+local avail = tonumber(m[3])
+local limit = tonumber(m[4])
 if not avail or not limit then
   return {-2}
 end
-if m[6] and now < tonumber(m[6]) then
+if m[8] and now < tonumber(m[8]) then
   return {-7}
 end
-local starts = tonumber(m[3]) or 0
-local ends = tonumber(m[4]) or 0
+local starts = tonumber(m[5]) or 0
+local ends = tonumber(m[6]) or 0
 if starts > 0 and now < starts then count(); return {-3} end
 if ends > 0 and now >= ends then count(); return {-4} end
 if avail < qty then count(); return {0, avail} end
@@ -110,9 +132,14 @@ local held = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
 if held + qty > limit then count(); return {-1, held} end
 
 count()
-redis.call('HINCRBY', KEYS[1], 'avail', -qty)
-redis.call('HINCRBY', KEYS[1], 'reserved', qty)
-if m[5] then redis.call('HINCRBY', KEYS[1], 'inflight', qty) end
+-- avail, reserved and inflight in one write (the values read above; the
+-- script is atomic, so this is HINCRBY's result exactly).
+local function int(v) return string.format('%.0f', v) end
+if m[7] then
+  redis.call('HSET', KEYS[1], 'avail', int(avail - qty), 'reserved', int((tonumber(m[9]) or 0) + qty), 'inflight', int(tonumber(m[7]) + qty))
+else
+  redis.call('HSET', KEYS[1], 'avail', int(avail - qty), 'reserved', int((tonumber(m[9]) or 0) + qty))
+end
 redis.call('HINCRBY', KEYS[2], ARGV[2], qty)
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[6])
 redis.call('ZADD', KEYS[4], now, ARGV[1])
