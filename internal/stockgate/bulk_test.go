@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
+	"github.com/flashsale/flashsale/internal/testenv"
 )
 
 // TestFinalizeAndUnqueueInBulk: the relay's unqueue and the consumer's
@@ -198,4 +201,75 @@ func zcard(t *testing.T, c rueidis.Client, key string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestDuplicateCoalesced: look-ups of one SKU asked while one is in flight
+// go together in the next round trip (Redis paused: every look-up after the
+// first waits for it), each gets its own answer, and a caller whose context
+// ends stops waiting without disturbing the others.
+func TestDuplicateCoalesced(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := testenv.RedisClient(t, srv.URL)
+	g := stockgate.New(c, "co")
+	ctx := context.Background()
+	seed(t, g, "co", 100, 1)
+	made := map[string]string{}
+	for i := range 50 {
+		r := res("co", fmt.Sprintf("u%d", i), 1)
+		r.IdempotencyKey = "k"
+		rr, err := g.Reserve(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made[r.User] = rr.OrderID
+	}
+	hmgets := func() int64 {
+		s, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "cmdstat_hmget:calls="); ok {
+				n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	before := hmgets()
+	srv.Pause()
+	const n = 200
+	type answer struct {
+		id  string
+		ok  bool
+		err error
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := &answers[i]
+			a.id, a.ok, a.err = g.Duplicate(ctx, "co", fmt.Sprintf("u%d", i%100), "k")
+		}()
+	}
+	// One more with a short deadline: it gives up while Redis is paused.
+	sctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := g.Duplicate(sctx, "co", "u1", "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("look-up past its deadline: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	srv.Resume()
+	wg.Wait()
+	for i, a := range answers {
+		want, made := made[fmt.Sprintf("u%d", i%100)]
+		if a.err != nil || a.ok != made || a.id != want {
+			t.Fatalf("look-up %d: %q %v %v, want %q %v", i, a.id, a.ok, a.err, want, made)
+		}
+	}
+	if calls := hmgets() - before; calls > 3 {
+		t.Fatalf("%d look-ups made %d HMGETs, want them coalesced into at most 3", n+1, calls)
+	}
 }

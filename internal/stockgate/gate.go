@@ -76,6 +76,7 @@ type Gate struct {
 	expire   *rueidis.Lua
 	fence    *rueidis.Lua
 	restore  *rueidis.Lua
+	keys     keyLookups // Duplicate's coalesced look-ups (keylookup.go)
 }
 
 // New returns a Gate on client c whose keys all start with prefix + ":".
@@ -293,40 +294,6 @@ func (g *Gate) reserveIn(ctx context.Context, r sale.Reservation, l Limits, k in
 		return ReserveResult{}, ErrBucketsChanged
 	}
 	return ReserveResult{}, fmt.Errorf("stockgate: reserve: unexpected code %d", code)
-}
-
-// Duplicate returns the order that user's Idempotency-Key key already made
-// on sku, if the gate holds it: one round trip (two for a sale split in
-// buckets whose home bucket for user is not bucket 0), no script, no limit
-// counted. The purchase path asks it instead of the gate for a retry of a
-// SKU it knows is sold out, so it is on the sold-out path of every request
-// that carries a key: the bucket count and the key of an unsplit sale are
-// read together (both live under the SKU's own tag).
-func (g *Gate) Duplicate(ctx context.Context, sku, user, key string) (string, bool, error) {
-	field := user + "\x00" + key
-	k0 := g.KeysOf(sku)
-	rs := g.c.DoMulti(ctx,
-		g.c.B().Hget().Key(k0.Meta).Field("buckets").Build(),
-		g.c.B().Hget().Key(k0.Idem).Field(field).Build())
-	k := 1
-	switch v, err := rs[0].AsInt64(); {
-	case err == nil:
-		k = max(int(v), 1)
-	case !rueidis.IsRedisNil(err):
-		return "", false, fmt.Errorf("stockgate: buckets: %w", err)
-	}
-	r := rs[1]
-	if home := HomeName(sku, user, k); home != sku {
-		r = g.c.Do(ctx, g.c.B().Hget().Key(g.KeysOf(home).Idem).Field(field).Build())
-	}
-	id, err := r.ToString()
-	if rueidis.IsRedisNil(err) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("stockgate: idempotency lookup: %w", err)
-	}
-	return id, true, nil
 }
 
 // LimitedError is the sale.ErrRateLimited of ReserveLimited: how long each

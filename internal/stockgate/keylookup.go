@@ -1,0 +1,212 @@
+package stockgate
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Every request with an Idempotency-Key for a SKU this instance knows is
+// sold out asks Redis whether the key already made an order (Duplicate): a
+// retry must get its order back, and only Redis knows every instance's
+// reservations. On a sold-out hot SKU that is every request, and one round
+// trip each cost about as much as the rest of the request together. The
+// look-ups of one SKU are therefore coalesced, group-commit style: the
+// first one is sent at once, and the ones that arrive while it is in flight
+// are sent together, as one HMGET, as soon as it returns. No timer: a
+// look-up waits at most for the one in flight before it, and each is
+// answered by a read made after it was asked, so it sees every
+// reservation that was accepted before.
+
+// keyBatchMax bounds the fields of one HMGET (several are sent in one
+// round trip when more are waiting).
+const keyBatchMax = 256
+
+// keyBatchTimeout bounds one batch's round trip; each caller is bounded by
+// its own context as well and stops waiting when that ends.
+const keyBatchTimeout = 2 * time.Second
+
+type keyLookups struct {
+	mu sync.Mutex
+	q  map[string]*keyQueue // by SKU
+}
+
+// keyQueue is one SKU's look-ups: waiting is what the next batch sends;
+// busy is true while a batch of the SKU is in flight.
+type keyQueue struct {
+	waiting []*keyLookup
+	busy    bool
+}
+
+type keyLookup struct {
+	user, field string
+	done        chan keyAnswer // buffered: the batch never blocks on a caller that gave up
+}
+
+type keyAnswer struct {
+	id    string
+	found bool
+	err   error
+}
+
+var keyLookupPool = sync.Pool{New: func() any { return &keyLookup{done: make(chan keyAnswer, 1)} }}
+
+// Duplicate returns the order that user's Idempotency-Key key already made
+// on sku, if the gate holds it: no script, no limit counted. The purchase
+// path asks it instead of the gate for a retry of a SKU it knows is sold
+// out, so it is on the sold-out path of every request that carries a key:
+// concurrent look-ups of one SKU share one round trip (see above), which
+// reads the bucket count and bucket 0's keys together (both live under the
+// SKU's own tag); a buyer whose home is another bucket of a split sale is
+// read there in a second round trip. An error means Redis could not say,
+// never "not found".
+func (g *Gate) Duplicate(ctx context.Context, sku, user, key string) (string, bool, error) {
+	l := keyLookupPool.Get().(*keyLookup)
+	l.user, l.field = user, user+"\x00"+key
+	g.keys.mu.Lock()
+	if g.keys.q == nil {
+		g.keys.q = make(map[string]*keyQueue)
+	}
+	q := g.keys.q[sku]
+	if q == nil {
+		q = &keyQueue{}
+		g.keys.q[sku] = q
+	}
+	q.waiting = append(q.waiting, l)
+	if !q.busy {
+		q.busy = true
+		go g.sendKeyBatches(sku, q)
+	}
+	g.keys.mu.Unlock()
+	select {
+	case a := <-l.done:
+		keyLookupPool.Put(l)
+		return a.id, a.found, a.err
+	case <-ctx.Done():
+		// The batch still answers into l.done; l is not reused.
+		return "", false, fmt.Errorf("stockgate: idempotency lookup: %w", ctx.Err())
+	}
+}
+
+// sendKeyBatches sends sku's waiting look-ups, batch after batch, until none
+// is waiting.
+func (g *Gate) sendKeyBatches(sku string, q *keyQueue) {
+	var batch []*keyLookup
+	for {
+		g.keys.mu.Lock()
+		batch, q.waiting = q.waiting, batch[:0]
+		if len(batch) == 0 {
+			q.busy = false
+			if len(g.keys.q) > 1024 {
+				// Many SKUs were asked about once: forget the idle ones.
+				delete(g.keys.q, sku)
+			}
+			g.keys.mu.Unlock()
+			return
+		}
+		g.keys.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), keyBatchTimeout)
+		g.lookUpKeys(ctx, sku, batch)
+		cancel()
+		clear(batch)
+	}
+}
+
+// lookUpKeys answers every look-up of batch: one round trip for an unsplit
+// sale, a second one for the buyers of a split sale whose home bucket is not
+// bucket 0 (one HMGET per home bucket).
+func (g *Gate) lookUpKeys(ctx context.Context, sku string, batch []*keyLookup) {
+	k0 := g.KeysOf(sku).Idem
+	cmds := make(rueidis.Commands, 0, 1+(len(batch)+keyBatchMax-1)/keyBatchMax)
+	cmds = append(cmds, g.c.B().Hget().Key(g.KeysOf(sku).Meta).Field("buckets").Build())
+	cmds = appendHmgets(g.c, cmds, k0, batch)
+	rs := g.c.DoMulti(ctx, cmds...)
+	k := 1
+	switch v, err := rs[0].AsInt64(); {
+	case err == nil:
+		k = max(int(v), 1)
+	case !rueidis.IsRedisNil(err):
+		answerAll(batch, keyAnswer{err: fmt.Errorf("stockgate: buckets: %w", err)})
+		return
+	}
+	if k <= 1 {
+		answerFrom(batch, rs[1:])
+		return
+	}
+	var here []*keyLookup
+	away := map[string][]*keyLookup{}
+	for _, l := range batch {
+		if home := HomeName(sku, l.user, k); home != sku {
+			away[home] = append(away[home], l)
+		} else {
+			here = append(here, l)
+		}
+	}
+	if len(here) > 0 {
+		// Bucket 0's reply was read for the whole batch: re-ask its buyers
+		// alone with the others (simpler than mapping indexes back).
+		away[sku] = here
+	}
+	homes := make([]string, 0, len(away))
+	cmds = cmds[:0]
+	for home, ls := range away {
+		homes = append(homes, home)
+		cmds = appendHmgets(g.c, cmds, g.KeysOf(home).Idem, ls)
+	}
+	rs = g.c.DoMulti(ctx, cmds...)
+	for _, home := range homes {
+		ls := away[home]
+		n := (len(ls) + keyBatchMax - 1) / keyBatchMax
+		answerFrom(ls, rs[:n])
+		rs = rs[n:]
+	}
+}
+
+// appendHmgets appends the HMGETs of the look-ups' fields in hash key,
+// keyBatchMax fields each.
+func appendHmgets(c rueidis.Client, cmds rueidis.Commands, key string, ls []*keyLookup) rueidis.Commands {
+	for i := 0; i < len(ls); i += keyBatchMax {
+		part := ls[i:min(i+keyBatchMax, len(ls))]
+		fs := make([]string, len(part))
+		for j, l := range part {
+			fs[j] = l.field
+		}
+		cmds = append(cmds, c.B().Hmget().Key(key).Field(fs...).Build())
+	}
+	return cmds
+}
+
+// answerFrom answers ls from the replies of appendHmgets' commands.
+func answerFrom(ls []*keyLookup, rs []rueidis.RedisResult) {
+	for i := 0; i < len(ls); i += keyBatchMax {
+		part := ls[i:min(i+keyBatchMax, len(ls))]
+		vals, err := rs[i/keyBatchMax].ToArray()
+		if err != nil {
+			answerAll(part, keyAnswer{err: fmt.Errorf("stockgate: idempotency lookup: %w", err)})
+			continue
+		}
+		for j, l := range part {
+			l.done <- answerOf(&vals[j])
+		}
+	}
+}
+
+func answerOf(r interface{ ToString() (string, error) }) keyAnswer {
+	id, err := r.ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return keyAnswer{}
+	case err != nil:
+		return keyAnswer{err: fmt.Errorf("stockgate: idempotency lookup: %w", err)}
+	}
+	return keyAnswer{id: id, found: true}
+}
+
+func answerAll(batch []*keyLookup, a keyAnswer) {
+	for _, l := range batch {
+		l.done <- a
+	}
+}
