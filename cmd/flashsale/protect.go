@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math"
 	"net/http"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"golang.org/x/time/rate"
 
 	"github.com/flashsale/flashsale/internal/httpapi"
@@ -121,69 +118,6 @@ func (p protectConfig) limiter() *rate.Limiter {
 func (p protectConfig) proxies() *httpapi.Proxies {
 	ps, _ := httpapi.ParseProxies(p.Proxies)
 	return ps
-}
-
-// catalogSubject is the core NATS subject of change notices: an instance
-// that changed a sale (admin PUT, warm-up) or gave units back to Redis
-// (release restored, refused reservation compensated) publishes
-// {"sku_id","reason"} on it, and every instance forgets its sold-out flag
-// of that SKU and, for put and warmup, reloads its catalog. Core NATS (at
-// most once): a lost notice is covered by the catalog refresh period and
-// the sold-out flag's TTL.
-const catalogSubject = "flashsale.catalog.changed"
-
-type catalogNotice struct {
-	SKU    string `json:"sku_id"`
-	Reason string `json:"reason"`
-}
-
-// announcer publishes change notices on catalogSubject.
-type announcer struct {
-	nc  *nats.Conn
-	log *slog.Logger
-}
-
-func (a announcer) Announce(sku, reason string) {
-	b, _ := json.Marshal(catalogNotice{SKU: sku, Reason: reason})
-	if err := a.nc.Publish(catalogSubject, b); err != nil {
-		a.log.Warn("catalog notice not published (peers catch up by their refresh period and sold-out TTL)", "sku_id", sku, "reason", reason, "err", err)
-	}
-}
-
-// subscribeNotices applies every instance's change notices to buy.
-func subscribeNotices(nc *nats.Conn, buy *purchase.Service, log *slog.Logger) (*nats.Subscription, error) {
-	return nc.Subscribe(catalogSubject, func(m *nats.Msg) {
-		var n catalogNotice
-		if err := json.Unmarshal(m.Data, &n); err != nil || (n.SKU != "" && !sale.ValidSKU(n.SKU)) {
-			log.Warn("ignoring a malformed catalog notice", "data", string(m.Data))
-			return
-		}
-		buy.Noticed(n.SKU, n.Reason != "restore" && n.Reason != "compensate")
-	})
-}
-
-// announcingGate is the gate as the restorer and the consumer use it: when
-// it gives units back (a release restored, a refused reservation
-// compensated) every instance hears of it and sells them again at once.
-type announcingGate struct {
-	*stockgate.Gate
-	ann purchase.Announcer
-}
-
-func (g announcingGate) Restore(ctx context.Context, sku string, rs []stockgate.Release) (int64, error) {
-	n, err := g.Gate.Restore(ctx, sku, rs)
-	if n > 0 {
-		g.ann.Announce(sku, "restore")
-	}
-	return n, err
-}
-
-func (g announcingGate) Finalize(ctx context.Context, sku string, outcomes []stockgate.Outcome) (int64, error) {
-	n, err := g.Gate.Finalize(ctx, sku, outcomes)
-	if n > 0 {
-		g.ann.Announce(sku, "compensate")
-	}
-	return n, err
 }
 
 // ReserveLimited is the purchase path's gate call, bounded like Reserve.

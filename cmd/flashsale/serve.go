@@ -25,6 +25,7 @@ import (
 	"github.com/flashsale/flashsale/internal/failpoint"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/notice"
 	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/purchase"
@@ -184,7 +185,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	}
 	a.sync = reconcile.NewSyncer(a.store, a.gate, a.queue, log)
 	a.catalog = cat
-	ann := announcer{a.nc, log}
+	ann := notice.NewAnnouncer(a.nc, log)
 	deps := purchase.Deps{
 		Catalog: cat, Gate: timeoutGate{a.gate, cfg.RedisTimeout, a.metrics}, Relay: a.relay, Orders: a.store,
 		Loader: a.sync, RebuildAll: a.rebuildAll, Log: log, Observer: a.metrics, Breaker: a.metrics,
@@ -202,7 +203,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		OpenFor: cfg.BreakerOpenFor, FallbackConcurrency: cfg.FallbackConc, Disabled: cfg.FallbackConc == 0,
 		CallTimeout: cfg.RedisTimeout,
 	})
-	if _, err = subscribeNotices(a.nc, a.buy, log); err != nil {
+	if _, err = notice.Subscribe(a.nc, a.buy, log); err != nil {
 		return nil, fmt.Errorf("nats: catalog notices: %w", err)
 	}
 
@@ -223,7 +224,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		}
 	}
 
-	a.lifecycle = release.New(a.store, announcingGate{a.gate, ann}, a.buy, a.isActive, log)
+	a.lifecycle = release.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.buy, a.isActive, log)
 	a.reconciler = reconcile.NewReconciler(a.sync, a.store, int64(cfg.ReconcileLimit), cfg.AlertWebhook, log, a.metrics)
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
 		Lifecycle: a.lifecycle,
@@ -263,7 +264,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	wctx, wcancel := context.WithCancel(context.Background())
 	a.cancel = wcancel
 	backoff, _ := cfg.backoff()
-	consumer := apply.New(a.store, announcingGate{a.gate, ann}, a.queue, log, a.metrics, apply.Config{
+	consumer := apply.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.queue, log, a.metrics, apply.Config{
 		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff, Tracer: a.tracer})
 	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
 	a.goRun(func() { a.relay.Run(wctx) })
