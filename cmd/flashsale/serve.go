@@ -190,7 +190,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		Catalog: cat, Gate: timeoutGate{a.gate, cfg.RedisTimeout, a.metrics}, Relay: a.relay, Orders: a.store,
 		Loader: a.sync, RebuildAll: a.rebuildAll, Log: log, Observer: a.metrics, Breaker: a.metrics,
 		StreamAck: cfg.StreamAck,
-		Limits:    cfg.Protect.limits(), Announcer: ann, Tracer: a.tracer,
+		Limits:    cfg.Protect.Limits(), Announcer: ann, Tracer: a.tracer,
 	}
 	if cfg.FallbackConc > 0 {
 		deps.Direct = a.store
@@ -234,9 +234,9 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		},
 		PaymentSecret: cfg.PaymentSecret,
 		AdminToken:    cfg.AdminToken,
-		Users:         httpapi.NewUserAuth(cfg.UserTokenSecret).WithGateway(cfg.Protect.GatewayHeader, cfg.Protect.proxies()),
-		Limiter:       cfg.Protect.limiter(),
-		Proxies:       cfg.Protect.proxies(),
+		Users:         httpapi.NewUserAuth(cfg.UserTokenSecret).WithGateway(cfg.Protect.GatewayHeader, cfg.Protect.TrustedProxies()),
+		Limiter:       cfg.Protect.Limiter(),
+		Proxies:       cfg.Protect.TrustedProxies(),
 		DeadLetters:   deadletter.New(a.queue, a.store, a.gate),
 		Breaker:       a.buy.BreakerState,
 		Dashboard:     dashboard.Handler(),
