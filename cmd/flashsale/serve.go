@@ -226,6 +226,8 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 
 	a.lifecycle = release.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.buy, a.isActive, log)
 	a.reconciler = reconcile.NewReconciler(a.sync, a.store, int64(cfg.ReconcileLimit), cfg.AlertWebhook, log, a.metrics)
+	live := &dashboard.Live{DB: a.store, Catalog: cat, Gate: a.gate, Queue: a.queue, Breaker: a.buy.BreakerState,
+		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics}
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
 		Lifecycle: a.lifecycle,
 		Audit:     a.store,
@@ -240,7 +242,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		DeadLetters:   deadletter.New(a.queue, a.store, a.gate),
 		Breaker:       a.buy.BreakerState,
 		Dashboard:     dashboard.Handler(),
-		Overview:      a.overview,
+		Overview:      live.Overview,
 		Metrics:       promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
 		Observe:       a.metrics.HTTP,
 		Tracer:        a.tracer,
@@ -260,7 +262,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		},
 	})
 
-	a.metrics.Registry.MustRegister(stateCollector{a})
+	a.metrics.Registry.MustRegister(live.Collector())
 	wctx, wcancel := context.WithCancel(context.Background())
 	a.cancel = wcancel
 	backoff, _ := cfg.backoff()
@@ -277,7 +279,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	})
 	a.goRun(func() { a.expireLoop(wctx) })
 	a.goRun(func() { a.transferLoop(wctx) })
-	a.goRun(func() { a.historyRecorder().Run(wctx) })
+	a.goRun(func() { live.Recorder().Run(wctx) })
 	a.goRun(func() { monitor.Run(wctx, cfg.MonitorEvery) })
 	a.goRun(func() { a.lifecycle.RunRestorer(wctx, 500*time.Millisecond) })
 	// Stock changes made outside flashsale are owed to Redis by the database
