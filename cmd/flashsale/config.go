@@ -13,6 +13,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/stockgate"
 	"github.com/flashsale/flashsale/internal/tracing"
 )
@@ -77,8 +78,8 @@ type config struct {
 	// PurchaseStrategy is pipeline or a comparison strategy (flashsale bench).
 	PurchaseStrategy string
 
-	// Protect is the rate limits, sold-out flag and trusted proxies (protect.go).
-	Protect protectConfig
+	// Protect is the rate limits, sold-out flag and trusted proxies.
+	Protect httpapi.Protection
 }
 
 type envFlags struct {
@@ -294,7 +295,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.secret(&c.AlertWebhook, "alert-webhook-url", "FLASHSALE_ALERT_WEBHOOK_URL", "`URL` that receives reconcile alerts as JSON POSTs (optional)")
 	e.str(&c.Failpoints, "failpoints", "FLASHSALE_FAILPOINTS", "", "crash sites for fault tests only (name=exit|hang,...)")
 	e.str(&c.PurchaseStrategy, "purchase-strategy", "FLASHSALE_PURCHASE_STRATEGY", "pipeline", "pipeline, or a comparison strategy selling straight from the database: db-conditional, db-pessimistic, db-optimistic, redis-lock")
-	c.Protect.flags(e)
+	protectFlags(e, &c.Protect)
 	e.str(&c.LogLevel, "log-level", "FLASHSALE_LOG_LEVEL", "info", "debug, info, warn or error")
 	e.str(&c.LogFormat, "log-format", "FLASHSALE_LOG_FORMAT", "text", "text or json")
 	e.str(&c.Tracing, "tracing", "FLASHSALE_TRACING", or(getenv("OTEL_TRACES_EXPORTER"), "none"), "traces exporter: none, or otlp (OTLP over HTTP to $OTEL_EXPORTER_OTLP_ENDPOINT); defaults to $OTEL_TRACES_EXPORTER")
@@ -352,7 +353,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	if _, err := c.backoff(); err != nil {
 		return c, err
 	}
-	if err := c.Protect.check(); err != nil {
+	if err := c.Protect.Check(); err != nil {
 		return c, err
 	}
 	if _, err := parseMemoryLimit(c.MemoryLimit); err != nil {
@@ -381,6 +382,23 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		}
 	}
 	return c, nil
+}
+
+// protectFlags registers the settings of the protections in front of the
+// gate: rate limits, the sold-out flag, trusted proxies and the trusted
+// gateway (httpapi.Protection).
+func protectFlags(e *envFlags, p *httpapi.Protection) {
+	e.float(&p.InstanceRate, "rate-limit-instance", "FLASHSALE_RATE_LIMIT_INSTANCE", 20000, "buyer API requests per second this instance takes before answering 429 (0: no limit)")
+	e.int(&p.InstanceBurst, "rate-limit-instance-burst", "FLASHSALE_RATE_LIMIT_INSTANCE_BURST", 20000, "burst of the instance limit (0: one second's worth)")
+	e.float(&p.SKURate, "rate-limit-sku", "FLASHSALE_RATE_LIMIT_SKU", 0, "purchase attempts per second per SKU, over all instances (0: no limit)")
+	e.int(&p.SKUBurst, "rate-limit-sku-burst", "FLASHSALE_RATE_LIMIT_SKU_BURST", 0, "burst of the SKU limit (0: one second's worth)")
+	e.float(&p.UserRate, "rate-limit-user", "FLASHSALE_RATE_LIMIT_USER", 2, "purchase attempts per second per user and SKU, over all instances (0: no limit)")
+	e.int(&p.UserBurst, "rate-limit-user-burst", "FLASHSALE_RATE_LIMIT_USER_BURST", 5, "burst of the user limit (0: one second's worth)")
+	e.float(&p.IPRate, "rate-limit-ip", "FLASHSALE_RATE_LIMIT_IP", 0, "purchase attempts per second per client IP (IPv6: per /64) and SKU, over all instances (0: no limit)")
+	e.int(&p.IPBurst, "rate-limit-ip-burst", "FLASHSALE_RATE_LIMIT_IP_BURST", 0, "burst of the IP limit (0: one second's worth)")
+	e.dur(&p.SoldOutTTL, "sold-out-ttl", "FLASHSALE_SOLD_OUT_TTL", time.Second, "how long a sold-out SKU is answered from memory before one request asks Redis again (0: no sold-out flag)")
+	e.str(&p.Proxies, "trusted-proxies", "FLASHSALE_TRUSTED_PROXIES", "", "CIDRs or addresses of proxies whose X-Forwarded-For is believed (empty: the socket peer is the client)")
+	e.str(&p.GatewayHeader, "trusted-gateway-header", "FLASHSALE_TRUSTED_GATEWAY_HEADER", "", "header (e.g. X-User-Id) naming the authenticated user, believed only from trusted proxies (empty: off; every buyer needs a token)")
 }
 
 // tracing is the tracing setup c describes.

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/flashsale/flashsale/internal/dashboard"
 	"github.com/flashsale/flashsale/internal/metrics"
 )
 
@@ -48,7 +49,7 @@ func exportedSeries(t *testing.T) map[string]bool {
 		}
 	}
 	ch := make(chan *prometheus.Desc)
-	go func() { stateCollector{}.Describe(ch); close(ch) }()
+	go func() { new(dashboard.Live).Collector().Describe(ch); close(ch) }()
 	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
 	for d := range ch {
 		sm := fq.FindStringSubmatch(d.String())

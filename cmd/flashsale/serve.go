@@ -25,6 +25,7 @@ import (
 	"github.com/flashsale/flashsale/internal/failpoint"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/notice"
 	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/purchase"
@@ -184,12 +185,12 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	}
 	a.sync = reconcile.NewSyncer(a.store, a.gate, a.queue, log)
 	a.catalog = cat
-	ann := announcer{a.nc, log}
+	ann := notice.NewAnnouncer(a.nc, log)
 	deps := purchase.Deps{
 		Catalog: cat, Gate: timeoutGate{a.gate, cfg.RedisTimeout, a.metrics}, Relay: a.relay, Orders: a.store,
 		Loader: a.sync, RebuildAll: a.rebuildAll, Log: log, Observer: a.metrics, Breaker: a.metrics,
 		StreamAck: cfg.StreamAck,
-		Limits:    cfg.Protect.limits(), Announcer: ann, Tracer: a.tracer,
+		Limits:    cfg.Protect.Limits(), Announcer: ann, Tracer: a.tracer,
 	}
 	if cfg.FallbackConc > 0 {
 		deps.Direct = a.store
@@ -202,7 +203,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		OpenFor: cfg.BreakerOpenFor, FallbackConcurrency: cfg.FallbackConc, Disabled: cfg.FallbackConc == 0,
 		CallTimeout: cfg.RedisTimeout,
 	})
-	if _, err = subscribeNotices(a.nc, a.buy, log); err != nil {
+	if _, err = notice.Subscribe(a.nc, a.buy, log); err != nil {
 		return nil, fmt.Errorf("nats: catalog notices: %w", err)
 	}
 
@@ -223,8 +224,10 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		}
 	}
 
-	a.lifecycle = release.New(a.store, announcingGate{a.gate, ann}, a.buy, a.isActive, log)
+	a.lifecycle = release.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.buy, a.isActive, log)
 	a.reconciler = reconcile.NewReconciler(a.sync, a.store, int64(cfg.ReconcileLimit), cfg.AlertWebhook, log, a.metrics)
+	live := &dashboard.Live{DB: a.store, Catalog: cat, Gate: a.gate, Queue: a.queue, Breaker: a.buy.BreakerState,
+		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics}
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
 		Lifecycle: a.lifecycle,
 		Audit:     a.store,
@@ -233,13 +236,13 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		},
 		PaymentSecret: cfg.PaymentSecret,
 		AdminToken:    cfg.AdminToken,
-		Users:         httpapi.NewUserAuth(cfg.UserTokenSecret).WithGateway(cfg.Protect.GatewayHeader, cfg.Protect.proxies()),
-		Limiter:       cfg.Protect.limiter(),
-		Proxies:       cfg.Protect.proxies(),
+		Users:         httpapi.NewUserAuth(cfg.UserTokenSecret).WithGateway(cfg.Protect.GatewayHeader, cfg.Protect.TrustedProxies()),
+		Limiter:       cfg.Protect.Limiter(),
+		Proxies:       cfg.Protect.TrustedProxies(),
 		DeadLetters:   deadletter.New(a.queue, a.store, a.gate),
 		Breaker:       a.buy.BreakerState,
 		Dashboard:     dashboard.Handler(),
-		Overview:      a.overview,
+		Overview:      live.Overview,
 		Metrics:       promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
 		Observe:       a.metrics.HTTP,
 		Tracer:        a.tracer,
@@ -259,11 +262,11 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		},
 	})
 
-	a.metrics.Registry.MustRegister(stateCollector{a})
+	a.metrics.Registry.MustRegister(live.Collector())
 	wctx, wcancel := context.WithCancel(context.Background())
 	a.cancel = wcancel
 	backoff, _ := cfg.backoff()
-	consumer := apply.New(a.store, announcingGate{a.gate, ann}, a.queue, log, a.metrics, apply.Config{
+	consumer := apply.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.queue, log, a.metrics, apply.Config{
 		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff, Tracer: a.tracer})
 	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
 	a.goRun(func() { a.relay.Run(wctx) })
@@ -276,7 +279,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	})
 	a.goRun(func() { a.expireLoop(wctx) })
 	a.goRun(func() { a.transferLoop(wctx) })
-	a.goRun(func() { a.historyRecorder().Run(wctx) })
+	a.goRun(func() { live.Recorder().Run(wctx) })
 	a.goRun(func() { monitor.Run(wctx, cfg.MonitorEvery) })
 	a.goRun(func() { a.lifecycle.RunRestorer(wctx, 500*time.Millisecond) })
 	// Stock changes made outside flashsale are owed to Redis by the database

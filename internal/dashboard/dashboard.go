@@ -1,8 +1,6 @@
-// Package dashboard is the operators' live page: HTML, CSS and JavaScript
-// embedded in the binary and served under /dashboard/, with no build step
-// and nothing fetched from elsewhere. The page polls GET /admin/v1/overview
-// and calls the admin API with the token the operator types in; the server
-// keeps no state for it.
+// Package dashboard is the operators' view of an instance's live state: the
+// embedded page, the overview it polls, the recent samples its charts draw
+// and the same figures as Prometheus gauges.
 package dashboard
 
 import (
@@ -26,9 +24,12 @@ const Prefix = "/dashboard/"
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
 
-// Handler serves the page's files for requests under Prefix. Each answer
-// carries an ETag (the file's hash), so a browser revalidates cheaply and
-// picks up a new binary's page at once.
+// Handler serves the page's files for requests under Prefix: HTML, CSS and
+// JavaScript embedded in the binary, with no build step and nothing fetched
+// from elsewhere. The page polls GET /admin/v1/overview (Live.Overview) and
+// calls the admin API with the token the operator types in; the server
+// keeps no state for it. Each answer carries an ETag (the file's hash), so
+// a browser revalidates cheaply and picks up a new binary's page at once.
 func Handler() http.Handler {
 	files, err := fs.Sub(static, "static")
 	if err != nil {

@@ -1,5 +1,6 @@
 // Package httpapi is the HTTP API of flashsale: routes, JSON, authentication,
-// input limits and the one table that maps errors to statuses and codes.
+// input and rate limits and the one table that maps errors to statuses and
+// codes.
 package httpapi
 
 import (

@@ -1,4 +1,4 @@
-package main
+package dashboard
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // the database (sales listed by the overview: active ones and those ended
 // within the hour), and the database pool. Reads are bounded by a timeout;
 // a figure that cannot be read is left out of that scrape.
-type stateCollector struct{ a *app }
+type stateCollector struct{ l *Live }
 
 var (
 	descQueuePending = prometheus.NewDesc("flashsale_queue_pending_messages", "Reservations in the stream not yet delivered to the consumer.", nil, nil)
@@ -26,6 +26,13 @@ var (
 	descPoolWaits    = prometheus.NewDesc("flashsale_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.", nil, nil)
 )
 
+// Collector returns the Prometheus collector of the live state: the
+// queue's backlog, the outbox, the dead letters, each listed sale's stock
+// and units in flight, the age of the oldest reservation in flight and the
+// database pool, read from l's sources on each scrape. Its Describe reads
+// nothing, so the collector of a zero Live lists the series exported.
+func (l *Live) Collector() prometheus.Collector { return stateCollector{l} }
+
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueuePending, descAckPending, descDeadLetters, descOutbox, descStock, descInFlight, descOldest, descPool, descPoolWaits} {
 		ch <- d
@@ -36,7 +43,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	st := c.a.store.Stats()
+	st := c.l.DB.Stats()
 	gauge(descPool, float64(st.InUse), "acquired")
 	gauge(descPool, float64(st.Idle), "idle")
 	gauge(descPool, float64(st.Total), "total")
@@ -48,11 +55,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if age, ok := c.oldestInFlight(ctx, time.Now()); ok {
 		gauge(descOldest, age.Seconds())
 	}
-	v, _ := c.a.overview(ctx)
-	ov, ok := v.(overview)
-	if !ok {
-		return
-	}
+	ov, _ := c.l.overview(ctx)
 	if p := ov.Pipeline; p.QueuePending != nil {
 		gauge(descQueuePending, float64(*p.QueuePending))
 	}
@@ -79,13 +82,13 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 // oldestInFlight returns the age of the oldest reservation in flight over
 // every loaded SKU: two first elements of sorted sets per SKU.
 func (c stateCollector) oldestInFlight(ctx context.Context, now time.Time) (time.Duration, bool) {
-	skus, err := c.a.gate.SKUs(ctx)
+	skus, err := c.l.Gate.SKUs(ctx)
 	if err != nil {
 		return 0, false
 	}
 	var age time.Duration
 	for _, sku := range skus {
-		t, ok, err := c.a.gate.OldestInFlight(ctx, sku)
+		t, ok, err := c.l.Gate.OldestInFlight(ctx, sku)
 		if err != nil {
 			return 0, false
 		}

@@ -1,4 +1,4 @@
-package main
+package dashboard
 
 import (
 	"cmp"
@@ -7,8 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flashsale/flashsale/internal/dashboard"
 	"github.com/flashsale/flashsale/internal/metrics"
+	"github.com/flashsale/flashsale/internal/orderqueue"
+	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
@@ -27,6 +28,59 @@ const (
 	overviewTimeout = 2 * time.Second
 )
 
+// Live reads the live state of an instance's sales and pipeline from its
+// sources: the overview the page polls (Overview), the samples its charts
+// draw (Recorder) and the same figures as Prometheus gauges (Collector).
+// Every field must be set except Reconciler and History; its methods are
+// safe for concurrent use.
+type Live struct {
+	DB      DB
+	Catalog Catalog
+	Gate    Gate
+	Queue   Queue
+	// Breaker returns the state of the purchase path's breaker.
+	Breaker func() string
+	// Reconciler, if set, reports this instance's last reconcile pass.
+	Reconciler Reconciler
+	// History, if set, holds the recent samples of the charted figures.
+	History *History
+	Metrics *metrics.Metrics
+}
+
+// DB is the database of record (orderstore.Store): the sales'
+// configuration and stock, and the connection pool's figures.
+type DB interface {
+	SKUs(ctx context.Context) ([]sale.SKU, error)
+	Dialect() orderstore.Dialect
+	Stats() orderstore.PoolStats
+}
+
+// Catalog is the in-memory SKU catalog (purchase.Catalog): it stands in
+// for the database's sales while the database does not answer.
+type Catalog interface {
+	All() []sale.SKU
+}
+
+// Gate is the Redis gate (stockgate.Gate): the gate's view of each sale.
+type Gate interface {
+	Stock
+	ReadGauges(ctx context.Context, sku string) (stockgate.Gauges, error)
+	ReadBuckets(ctx context.Context, names []string, withRes bool) ([]stockgate.BucketState, error)
+	SKUs(ctx context.Context) ([]string, error)
+	OldestInFlight(ctx context.Context, sku string) (time.Time, bool, error)
+}
+
+// Queue is the order stream (orderqueue.Queue): backlog and dead letters.
+type Queue interface {
+	Stats(ctx context.Context) (orderqueue.Stats, error)
+	DeadLetterCount(ctx context.Context) (uint64, error)
+}
+
+// Reconciler is the reconciler (reconcile.Reconciler).
+type Reconciler interface {
+	Last() *reconcile.Report
+}
+
 // overview is the body of GET /admin/v1/overview, the dashboard's data. A
 // figure that could not be read is null and its source is named in Errors.
 type overview struct {
@@ -38,7 +92,7 @@ type overview struct {
 	Reconcile *reconcile.Report `json:"reconcile"` // this instance's last reconcile pass; null before the first
 	// History is this instance's recent samples of the charted figures
 	// (the last ten minutes), so that a page opened now draws at once.
-	History *dashboard.Series `json:"history"`
+	History *Series           `json:"history"`
 	Errors  map[string]string `json:"errors,omitempty"`
 }
 
@@ -93,10 +147,15 @@ type latencyOverview struct {
 	P99ms *float64 `json:"p99_ms"`
 }
 
-// overview reads the live state of every recent sale and of the pipeline. It
+// Overview reads the live state of every recent sale and of the pipeline:
+// the body of GET /admin/v1/overview (httpapi.Config.Overview). It
 // returns an error only for a context that is done: a source that fails
 // leaves its figures null and is named in the answer's errors.
-func (a *app) overview(ctx context.Context) (any, error) {
+func (l *Live) Overview(ctx context.Context) (any, error) {
+	return l.overview(ctx)
+}
+
+func (l *Live) overview(ctx context.Context) (overview, error) {
 	now := time.Now()
 	ov := overview{Now: now.UTC(), Sales: []saleOverview{}}
 	var mu sync.Mutex
@@ -112,16 +171,16 @@ func (a *app) overview(ctx context.Context) (any, error) {
 	}
 
 	var wg sync.WaitGroup
-	wg.Go(func() { a.overviewPipeline(ctx, &ov.Pipeline, fail) })
+	wg.Go(func() { l.overviewPipeline(ctx, &ov.Pipeline, fail) })
 
 	// The database's figures are fresh; the catalog (refreshed every few
 	// seconds) stands in while the database does not answer.
 	dctx, cancel := context.WithTimeout(ctx, overviewTimeout)
-	skus, err := a.store.SKUs(dctx)
+	skus, err := l.DB.SKUs(dctx)
 	cancel()
 	if err != nil {
-		fail(string(a.store.Dialect()), err)
-		skus = a.catalog.All()
+		fail(string(l.DB.Dialect()), err)
+		skus = l.Catalog.All()
 	}
 	skus = listed(skus, now)
 	if len(skus) > overviewMaxSales {
@@ -134,17 +193,17 @@ func (a *app) overview(ctx context.Context) (any, error) {
 	for i, s := range skus {
 		ov.Sales[i] = saleOverview{SKU: s.ID, StartsAt: timePtr(s.StartsAt), EndsAt: timePtr(s.EndsAt),
 			PerUserLimit: s.PerUserLimit, TotalStock: s.TotalStock, DBStock: s.Stock, UpdatedAt: s.UpdatedAt, Buckets: s.BucketCount()}
-		wg.Go(func() { a.overviewRedis(rctx, &ov.Sales[i], fail) })
+		wg.Go(func() { l.overviewRedis(rctx, &ov.Sales[i], fail) })
 	}
 
-	if a.reconciler != nil {
-		ov.Reconcile = a.reconciler.Last()
+	if l.Reconciler != nil {
+		ov.Reconcile = l.Reconciler.Last()
 	}
-	if a.history != nil {
-		sr := a.history.Series(now)
+	if l.History != nil {
+		sr := l.History.Series(now)
 		ov.History = &sr
 	}
-	snap := a.metrics.Snapshot()
+	snap := l.Metrics.Snapshot()
 	ov.Counters = countersOverview{Snapshot: snap, OrderLatency: latencyOf(snap.Latency[overviewRoute])}
 	wg.Wait()
 
@@ -170,31 +229,31 @@ func listed(skus []sale.SKU, now time.Time) []sale.SKU {
 	return skus
 }
 
-// historyRecorder samples the dashboard's charted figures: the counters,
-// and the stock of the first sales the overview lists, from the catalog
-// (no database read).
-func (a *app) historyRecorder() *dashboard.Recorder {
-	return &dashboard.Recorder{
-		History: a.history,
+// Recorder returns the sampler of the charted figures into History: the
+// counters, and the stock of the first sales the overview lists, from the
+// catalog (no database read).
+func (l *Live) Recorder() *Recorder {
+	return &Recorder{
+		History: l.History,
 		Counters: func() (map[string]uint64, map[string]uint64) {
-			s := a.metrics.Snapshot()
+			s := l.Metrics.Snapshot()
 			return s.Purchases, s.Applied
 		},
 		Sales: func(now time.Time) []string {
 			var ids []string
-			for _, s := range listed(a.catalog.All(), now) {
+			for _, s := range listed(l.Catalog.All(), now) {
 				ids = append(ids, s.ID)
 			}
 			return ids
 		},
-		Stock: a.gate,
+		Stock: l.Gate,
 	}
 }
 
 // overviewRedis fills in the gate's figures of one sale.
-func (a *app) overviewRedis(ctx context.Context, so *saleOverview, fail func(string, error)) {
+func (l *Live) overviewRedis(ctx context.Context, so *saleOverview, fail func(string, error)) {
 	// Counts, not entries: a scrape or a page load reads no reservation.
-	gs, err := a.gate.ReadGauges(ctx, so.SKU)
+	gs, err := l.Gate.ReadGauges(ctx, so.SKU)
 	if err != nil {
 		fail("redis", err)
 		return
@@ -204,7 +263,7 @@ func (a *app) overviewRedis(ctx context.Context, so *saleOverview, fail func(str
 		so.RedisAvailable = &gs.Available
 	}
 	if so.Buckets > 1 {
-		bs, err := a.gate.ReadBuckets(ctx, stockgate.BucketNames(so.SKU, so.Buckets), false)
+		bs, err := l.Gate.ReadBuckets(ctx, stockgate.BucketNames(so.SKU, so.Buckets), false)
 		if err != nil {
 			fail("redis", err)
 			return
@@ -216,16 +275,16 @@ func (a *app) overviewRedis(ctx context.Context, so *saleOverview, fail func(str
 }
 
 // overviewPipeline fills in the queue's backlog, the dead letters and the breaker.
-func (a *app) overviewPipeline(ctx context.Context, p *pipelineOverview, fail func(string, error)) {
-	p.Breaker = a.buy.BreakerState()
+func (l *Live) overviewPipeline(ctx context.Context, p *pipelineOverview, fail func(string, error)) {
+	p.Breaker = l.Breaker()
 	ctx, cancel := context.WithTimeout(ctx, overviewTimeout)
 	defer cancel()
-	if st, err := a.queue.Stats(ctx); err != nil {
+	if st, err := l.Queue.Stats(ctx); err != nil {
 		fail("jetstream", err)
 	} else {
 		p.QueueMessages, p.QueuePending, p.QueueAckPending = &st.Messages, &st.Pending, &st.AckPending
 	}
-	if n, err := a.queue.DeadLetterCount(ctx); err != nil {
+	if n, err := l.Queue.DeadLetterCount(ctx); err != nil {
 		fail("jetstream", err)
 	} else {
 		p.DeadLetters = &n
