@@ -18,7 +18,7 @@ import (
 
 // BenchmarkRedisCost measures what each step of an accepted purchase costs
 // Redis itself, on a private redis-server that nothing else uses: the
-// reserve script (rate limits on, an Idempotency-Key, the payload the
+// reserve script (the default rate limits, an Idempotency-Key, the payload the
 // purchase path stores), the relay's unqueue once the stream acknowledged
 // (100 ids a call), the consumer's finalize of applied orders (500 a call),
 // and the idempotency look-up of a sold-out SKU. Per operation it reports
@@ -32,8 +32,8 @@ func BenchmarkRedisCost(b *testing.B) {
 	g := stockgate.New(c, "cost")
 	ctx := context.Background()
 	var n atomic.Int64
-	lim := stockgate.Limits{SKU: stockgate.Rate{PerSecond: 1e6, Burst: 1e6}, User: stockgate.Rate{PerSecond: 1, Burst: 1},
-		IP: stockgate.Rate{PerSecond: 1e6, Burst: 1e6}, IPKey: "127.0.0.1"}
+	// The service's default limits: the per-user one alone (2/s, burst 5).
+	lim := stockgate.Limits{User: stockgate.Rate{PerSecond: 2, Burst: 5}, IPKey: "127.0.0.1"}
 	next := func(sku string) sale.Reservation {
 		i := n.Add(1)
 		return sale.Reservation{OrderID: stockgate.NewOrderID(sku), SKU: sku, User: fmt.Sprintf("buyer-%09d", i), Quantity: 1,
