@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -80,13 +81,100 @@ type guard struct {
 	direct     DirectBuyer
 	sem        chan struct{}
 	rebuildAll func(ctx context.Context) error
+	ping       func(ctx context.Context) error // checks Redis answers before the probe's rebuild; nil: none
 	needSync   atomic.Bool
 	disabled   bool
 	timeout    time.Duration
 	log        *slog.Logger
+
+	// The probe's rebuild (syncBeforeClosing), under mu.
+	mu       sync.Mutex
+	syncing  bool   // a rebuild runs
+	syncErr  error  // the last rebuild's failure, for the next probe
+	openings uint64 // breaker openings: a rebuild begun before one is stale
 }
 
 var errBreakerOpen = errors.New("redis circuit breaker open")
+
+// errRebuilding answers purchases while the half-open probe's rebuild of
+// Redis runs: 503 busy (excluded from the breaker's counts, so it stays
+// half-open and no purchase goes to the database meanwhile).
+var errRebuilding = fmt.Errorf("%w: redis is being rebuilt from the database, retry shortly", sale.ErrBusy)
+
+// rebuildTimeout bounds the rebuild of every active sale before the breaker closes.
+const rebuildTimeout = 30 * time.Second
+
+// syncBeforeClosing is the half-open probe's first step: Redis is rebuilt
+// from the database before the gate serves again. The buyer whose purchase
+// is the probe waits for it only within the call's own deadline (ctx): a
+// rebuild of a large catalog, or one against a Redis that is still
+// unreachable, runs on in the background while purchases are answered busy
+// (errRebuilding), and the next purchase after it ends either closes the
+// breaker (it succeeded) or opens it again (its error is that purchase's).
+// Redis is pinged first: still unreachable, the probe fails within the call
+// timeout and the breaker opens again at once, so the database fallback goes
+// on selling instead of a rebuild holding every purchase busy until its own
+// deadline.
+func (g *guard) syncBeforeClosing(ctx context.Context) error {
+	g.mu.Lock()
+	switch {
+	case g.syncErr != nil:
+		err := g.syncErr
+		g.syncErr = nil
+		g.mu.Unlock()
+		return err
+	case !g.needSync.Load():
+		g.mu.Unlock()
+		return nil
+	case g.syncing:
+		g.mu.Unlock()
+		return errRebuilding
+	}
+	g.syncing = true
+	openings := g.openings
+	g.mu.Unlock()
+	if g.ping != nil {
+		if err := g.ping(ctx); err != nil {
+			g.mu.Lock()
+			g.syncing = false
+			g.mu.Unlock()
+			return fmt.Errorf("redis before the rebuild: %w", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rctx, cancel := context.WithTimeout(context.Background(), rebuildTimeout)
+		err := g.rebuildAll(rctx)
+		cancel()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.syncing = false
+		switch {
+		case err != nil:
+			g.syncErr = fmt.Errorf("rebuilding redis before closing the breaker: %w", err)
+		case g.openings == openings:
+			// No opening since it started: no database sale it missed.
+			g.needSync.Store(false)
+			g.log.Info("redis rebuilt from the database; gate serving again")
+		}
+	}()
+	select {
+	case <-done:
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if err := g.syncErr; err != nil {
+			g.syncErr = nil
+			return err
+		}
+		if g.needSync.Load() {
+			return errRebuilding
+		}
+		return nil
+	case <-ctx.Done():
+		return errRebuilding
+	}
+}
 
 func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context.Context) error, log *slog.Logger, obs BreakerObserver) *guard {
 	cfg = cfg.withDefaults()
@@ -122,7 +210,10 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
+				g.mu.Lock()
+				g.openings++
 				g.needSync.Store(true)
+				g.mu.Unlock()
 			}
 			log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
 			if obs != nil {
@@ -158,14 +249,9 @@ func (g *guard) reserve(ctx context.Context, c *waitClock, f func(ctx context.Co
 		if g.needSync.Load() {
 			// The probe after an opening: Redis must learn what the
 			// database sold before it gates again.
-			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := g.rebuildAll(rctx)
-			cancel()
-			if err != nil {
-				return stockgate.ReserveResult{}, fmt.Errorf("rebuilding redis before closing the breaker: %w", err)
+			if err := g.syncBeforeClosing(ctx); err != nil {
+				return stockgate.ReserveResult{}, err
 			}
-			g.needSync.Store(false)
-			g.log.Info("redis rebuilt from the database; gate serving again")
 		}
 		return f(ctx)
 	})

@@ -102,3 +102,114 @@ type directNone struct{}
 func (directNone) BuyDirect(context.Context, sale.Reservation, time.Time) (sale.Order, bool, error) {
 	return sale.Order{}, false, errors.New("not used")
 }
+
+// openGuard returns a guard whose breaker just opened (MinRequests failures
+// in a row) and turns half-open after openFor.
+func openGuard(t *testing.T, obs *states, openFor time.Duration, rebuild func(context.Context) error) *guard {
+	t.Helper()
+	g := newGuard(BreakerConfig{CallTimeout: 100 * time.Millisecond, OpenFor: openFor, MinRequests: 3}, directNone{}, rebuild,
+		slog.New(slog.NewTextHandler(io.Discard, nil)), obs)
+	down := func(context.Context) (stockgate.ReserveResult, error) {
+		return stockgate.ReserveResult{}, errors.New("dial tcp: connection refused")
+	}
+	for range 3 {
+		_, _ = g.reserve(context.Background(), newWaitClock(), down)
+	}
+	if !obs.opened() {
+		t.Fatalf("breaker %s after 3 failures", g.State())
+	}
+	return g
+}
+
+func okCall(context.Context) (stockgate.ReserveResult, error) {
+	return stockgate.ReserveResult{OrderID: "o"}, nil
+}
+
+// reserveWithin runs one purchase's gate call and fails the test if the
+// buyer is held longer than d.
+func reserveWithin(t *testing.T, g *guard, d time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := g.reserve(context.Background(), newWaitClock(), okCall)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatalf("the half-open probe held its buyer over %v (still waiting after %v)", d, time.Since(start))
+		return nil
+	}
+}
+
+// TestGuardProbeRebuildDoesNotHoldTheBuyer: the probe after an opening
+// rebuilds Redis from the database before the gate serves again. When Redis
+// is still unreachable that rebuild hangs until its own deadline (30 s): the
+// buyer whose purchase happened to be the probe must not wait for it (a
+// cluster test saw one purchase on an instance cut off from Redis get no
+// answer within the client's 30 s). The buyer gets 503 busy within the call
+// timeout; the rebuild goes on without them; its failure opens the breaker
+// again and its success lets the next purchase close it.
+func TestGuardProbeRebuildDoesNotHoldTheBuyer(t *testing.T) {
+	release := make(chan error)
+	rebuild := func(ctx context.Context) error {
+		select {
+		case err := <-release:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	obs := &states{}
+	g := openGuard(t, obs, 50*time.Millisecond, rebuild)
+	time.Sleep(80 * time.Millisecond) // half-open
+	if err := reserveWithin(t, g, time.Second); !errors.Is(err, sale.ErrBusy) {
+		t.Fatalf("probe while the rebuild runs: %v, want busy", err)
+	}
+	// Others meanwhile: busy too, at once, and the breaker stays half-open
+	// (no purchase goes to the database while Redis is being rebuilt).
+	if err := reserveWithin(t, g, time.Second); !errors.Is(err, sale.ErrBusy) || g.State() != "half-open" {
+		t.Fatalf("purchase during the rebuild: %v, breaker %s; want busy, half-open", err, g.State())
+	}
+	// The rebuild fails: the next purchase learns it and the breaker opens.
+	release <- errors.New("redis: i/o timeout")
+	time.Sleep(20 * time.Millisecond)
+	if err := reserveWithin(t, g, time.Second); err == nil || errors.Is(err, sale.ErrBusy) {
+		t.Fatalf("purchase after the rebuild failed: %v, want the failure", err)
+	}
+	if err := reserveWithin(t, g, time.Second); !errors.Is(err, errBreakerOpen) {
+		t.Fatalf("after a failed rebuild: %v, want the breaker open", err)
+	}
+	// Half-open again; this time the rebuild succeeds while its probe
+	// waits (within the call timeout): that purchase runs and closes it.
+	time.Sleep(80 * time.Millisecond)
+	go func() { release <- nil }()
+	if err := reserveWithin(t, g, time.Second); err != nil {
+		t.Fatalf("probe whose rebuild succeeded: %v", err)
+	}
+	if g.State() != "closed" {
+		t.Fatalf("breaker %s after a successful rebuild and probe, want closed", g.State())
+	}
+}
+
+// TestGuardProbeChecksRedisFirst: with Redis still unreachable the probe's
+// ping fails within the call timeout and the breaker opens again at once,
+// so the database fallback goes on selling instead of answering busy.
+func TestGuardProbeChecksRedisFirst(t *testing.T) {
+	rebuilt := 0
+	obs := &states{}
+	g := openGuard(t, obs, 50*time.Millisecond, func(context.Context) error { rebuilt++; return nil })
+	g.ping = func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	time.Sleep(80 * time.Millisecond)
+	if err := reserveWithin(t, g, time.Second); err == nil || errors.Is(err, sale.ErrBusy) {
+		t.Fatalf("probe with Redis unreachable: %v, want its failure", err)
+	}
+	if err := reserveWithin(t, g, time.Second); !errors.Is(err, errBreakerOpen) {
+		t.Fatalf("after the failed probe: %v, want the breaker open (fallback)", err)
+	}
+	if rebuilt != 0 {
+		t.Fatalf("rebuilt %d times with Redis unreachable", rebuilt)
+	}
+}

@@ -130,6 +130,9 @@ func New(d Deps, bc BreakerConfig) *Service {
 		rebuild = func(context.Context) error { return nil }
 	}
 	s.guard = newGuard(bc, d.Direct, rebuild, d.Log, d.Breaker)
+	if p, ok := d.Gate.(interface{ Ping(context.Context) error }); ok {
+		s.guard.ping = p.Ping
+	}
 	return s
 }
 
