@@ -14,10 +14,12 @@ import (
 // nobody reads, and the wait ends at its bound as before). A waitClock
 // gives both their context with one runtime timer, re-armed for the
 // second, where context.WithTimeout would make one per wait; clocks are
-// pooled, so a purchase makes no timer at all (Reset re-arms one).
+// pooled, so a purchase makes no timer at all (Reset re-arms one). The two
+// waits' contexts are made in one allocation.
 type waitClock struct {
-	t   *time.Timer
-	cur atomic.Pointer[phase] // the wait the timer is armed for
+	t     *time.Timer
+	cur   atomic.Pointer[phase] // the wait the timer is armed for
+	spare *phase                // made with the last wait, not handed out yet
 }
 
 var waitClocks = sync.Pool{New: func() any {
@@ -37,7 +39,14 @@ func (c *waitClock) put() { waitClocks.Put(c) }
 // The previous wait, if any, must have ended (stop). Each wait is a new
 // context: one handed to a client may outlive the wait.
 func (c *waitClock) start(parent context.Context, d time.Duration) *phase {
-	p := &phase{values: context.WithoutCancel(parent), deadline: time.Now().Add(d)}
+	p := c.spare
+	if p == nil {
+		pair := new([2]phase)
+		p, c.spare = &pair[0], &pair[1]
+	} else {
+		c.spare = nil
+	}
+	p.parent, p.deadline = parent, time.Now().Add(d)
 	c.cur.Store(p)
 	c.t.Reset(d)
 	return p
@@ -63,9 +72,10 @@ func (c *waitClock) stop(p *phase) {
 // phase is the context of one wait: its parent's values, its own deadline,
 // no cancellation but its own.
 type phase struct {
-	values   context.Context
+	parent   context.Context
 	deadline time.Time
 	mu       sync.Mutex
+	values   context.Context // WithoutCancel(parent), once asked
 	done     chan struct{}
 	err      error
 	afters   []func()
@@ -74,7 +84,20 @@ type phase struct {
 var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (p *phase) Deadline() (time.Time, bool) { return p.deadline, true }
-func (p *phase) Value(key any) any           { return p.values.Value(key) }
+
+// Value is the parent's value of key as context.WithoutCancel(parent) has
+// it: not the parent's cancellation (context.Cause of p must not find it).
+// That context is made at the first call: a wait whose client reads no
+// value makes none.
+func (p *phase) Value(key any) any {
+	p.mu.Lock()
+	if p.values == nil {
+		p.values = context.WithoutCancel(p.parent)
+	}
+	v := p.values
+	p.mu.Unlock()
+	return v.Value(key)
+}
 
 func (p *phase) Done() <-chan struct{} {
 	p.mu.Lock()

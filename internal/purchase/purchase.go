@@ -252,8 +252,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	gr, err := s.guard.reserve(ctx, clk, func(ctx context.Context) (stockgate.ReserveResult, error) {
 		return s.reserve(ctx, r, lim)
 	})
-	var le *stockgate.LimitedError
-	var so *stockgate.SoldOutError
+	// errors.AsType, not errors.As: the targets would be allocated on
+	// every purchase, refused or not.
+	le, limited := errors.AsType[*stockgate.LimitedError](err)
+	so, soldOut := errors.AsType[*stockgate.SoldOutError](err)
 	switch {
 	case err == nil:
 		switch {
@@ -263,10 +265,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		default:
 			s.soldOut.unset(r.SKU)
 		}
-	case errors.As(err, &le):
+	case limited:
 		s.remember(limitKeys(req.SKU, req.User, ipKey), le, now)
 		return Result{}, err
-	case errors.As(err, &so):
+	case soldOut:
 		s.soldOut.set(r.SKU, so.Available, now, gen)
 		return Result{}, err
 	case errors.Is(err, errBreakerOpen):
