@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/time/rate"
 
@@ -209,6 +210,11 @@ type reqState struct {
 	routed, decided, passed, suppressed bool
 	scratch                             http.Header
 	ctx                                 reqCtx
+	// rid holds the request id made here (requestID) and ridHeader the
+	// X-Request-Id header's value, so that neither is an allocation of
+	// its own.
+	rid       [16]byte
+	ridHeader [1]string
 }
 
 type stateKey struct{}
@@ -293,19 +299,23 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 	s.patterns = append(s.patterns, pattern)
 	s.register(pattern, s.traced(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rid := requestID(r)
-		w.Header()["X-Request-Id"] = []string{rid}
-		// Served by ServeHTTP, the request's state records the status and
-		// is its context (reqctx.go); else (a test calling the mux) a
-		// statusWriter and context.WithTimeout do.
+		// Served by ServeHTTP, the request's state records the status,
+		// holds the request id and is its context (reqctx.go); else (a
+		// test calling the mux) a statusWriter and context.WithTimeout do.
 		var ctx context.Context
+		var rid string
 		st := writerState(w)
 		var sw *statusWriter
 		if st != nil {
+			rid = requestID(r, &st.rid)
+			st.ridHeader[0] = rid
+			w.Header()["X-Request-Id"] = st.ridHeader[:]
 			st.ctx.init(r.Context(), st, start.Add(s.cfg.Timeout))
 			defer st.ctx.end()
 			ctx = &st.ctx
 		} else {
+			rid = requestID(r, new([16]byte))
+			w.Header()["X-Request-Id"] = []string{rid}
 			sw = &statusWriter{ResponseWriter: w, status: http.StatusOK}
 			w = sw
 			var cancel context.CancelFunc
@@ -441,10 +451,12 @@ func (s *Server) user(h handlerFunc) handlerFunc {
 		}
 		ctx := r.Context()
 		if st := stateOf(ctx); st != nil {
+			// The request's context answers the user and, for the
+			// audit trail, the actor (reqCtx.Value).
 			st.user = u
-		} else {
-			ctx = context.WithValue(ctx, userKey{}, u)
+			return h(w, r)
 		}
+		ctx = context.WithValue(ctx, userKey{}, u)
 		ctx = orderstore.WithActor(ctx, orderstore.Actor{Name: "user:" + u, SourceIP: peerIP(r)})
 		return h(w, r.WithContext(ctx))
 	}
@@ -742,7 +754,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req, err := decodeOrder(body)
+	req, err := decodeOrder(body, s.buy.Catalog)
 	if buf != nil {
 		bodyBufs.Put(buf)
 	}
@@ -1029,15 +1041,15 @@ func timePtr(t time.Time) *time.Time {
 }
 
 // requestID is the request's X-Request-Id if it is a sane one (set by a
-// gateway), else a new random id. It is echoed in the response and in every
-// log line about the request.
-func requestID(r *http.Request) string {
+// gateway), else a new random id, written in buf. It is echoed in the
+// response and in every log line about the request.
+func requestID(r *http.Request, buf *[16]byte) string {
 	if id := r.Header.Get("X-Request-Id"); len(id) > 0 && len(id) <= 64 && sale.ValidIdempotencyKey(id) {
 		return id
 	}
 	var u [8]byte
-	var b [16]byte
 	binary.BigEndian.PutUint64(u[:], rand.Uint64())
-	hex.Encode(b[:], u[:])
-	return string(b[:])
+	hex.Encode(buf[:], u[:])
+	// buf is written here once and never again: the string may be it.
+	return unsafe.String(&buf[0], len(buf))
 }
