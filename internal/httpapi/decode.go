@@ -49,7 +49,7 @@ func readBody(w http.ResponseWriter, r *http.Request, types ...string) ([]byte, 
 }
 
 func mediaTypeIn(r *http.Request, types []string) bool {
-	ct := r.Header.Get("Content-Type")
+	ct := headerValue(r.Header, "Content-Type")
 	if len(types) == 1 && strings.EqualFold(ct, types[0]) {
 		return true // the usual case, which ParseMediaType would accept
 	}

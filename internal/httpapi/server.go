@@ -215,6 +215,9 @@ type reqState struct {
 	// its own.
 	rid       [16]byte
 	ridHeader [1]string
+	// start is when the route's handler began (the clock read once for
+	// the request: its duration, the instance limiter, the token's exp).
+	start time.Time
 }
 
 type stateKey struct{}
@@ -310,6 +313,7 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 			rid = requestID(r, &st.rid)
 			st.ridHeader[0] = rid
 			w.Header()["X-Request-Id"] = st.ridHeader[:]
+			st.start = start
 			st.ctx.init(r.Context(), st, start.Add(s.cfg.Timeout))
 			defer st.ctx.end()
 			ctx = &st.ctx
@@ -392,11 +396,20 @@ func (s *Server) limited(h handlerFunc) handlerFunc {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if !s.cfg.Limiter.Allow() {
+		if !s.cfg.Limiter.AllowN(requestTime(r), 1) {
 			return &sale.RateLimitError{Scope: "instance", RetryAfter: time.Second}
 		}
 		return h(w, r)
 	}
+}
+
+// requestTime is when the handling of r began (ServeHTTP read the clock),
+// or now.
+func requestTime(r *http.Request) time.Time {
+	if st := stateOf(r.Context()); st != nil && !st.start.IsZero() {
+		return st.start
+	}
+	return time.Now()
 }
 
 // peerIP is the address of the client as the audit trail records it and
@@ -761,7 +774,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	key := r.Header.Get("Idempotency-Key")
+	key := headerValue(r.Header, "Idempotency-Key")
 	res, err := s.buy.Buy(r.Context(), purchase.Request{
 		User: userOf(r), SKU: req.SKU, Quantity: req.Quantity, IdempotencyKey: key, ClientIP: peerIP(r),
 	})
@@ -1040,11 +1053,21 @@ func timePtr(t time.Time) *time.Time {
 	return &u
 }
 
+// headerValue is h.Get(key) of a key written in canonical form, as net/http
+// stores every header it reads (http.CanonicalHeaderKey(key) == key): the
+// look-up without canonicalizing key again.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // requestID is the request's X-Request-Id if it is a sane one (set by a
 // gateway), else a new random id, written in buf. It is echoed in the
 // response and in every log line about the request.
 func requestID(r *http.Request, buf *[16]byte) string {
-	if id := r.Header.Get("X-Request-Id"); len(id) > 0 && len(id) <= 64 && sale.ValidIdempotencyKey(id) {
+	if id := headerValue(r.Header, "X-Request-Id"); len(id) > 0 && len(id) <= 64 && sale.ValidIdempotencyKey(id) {
 		return id
 	}
 	var u [8]byte
