@@ -196,3 +196,37 @@ func TestRequestActor(t *testing.T) {
 		t.Errorf("%d, X-Request-Id %q", w.Code, w.Header().Get("X-Request-Id"))
 	}
 }
+
+// TestOrdersRoute: a purchase reaches the purchase route whether
+// ServeHTTP takes it straight (its path exactly /api/v1/orders) or through
+// the mux (the same path written otherwise), with the same answer; other
+// methods on the path are 405 as before.
+func TestOrdersRoute(t *testing.T) {
+	var routes []string
+	s := New(nil, nil, slog.New(slog.DiscardHandler), Config{
+		Users:   NewUserAuth("orders-route-secret"),
+		Observe: func(route string, status int, _ time.Duration) { routes = append(routes, route) },
+	})
+	var want string
+	for _, target := range []string{"/api/v1/orders", "/api/v1/orders?x=1", "/api/v1/%6Frders", "http://example.com/api/v1/orders"} {
+		routes = routes[:0]
+		r := httptest.NewRequest("POST", target, strings.NewReader(`{"sku_id":"a"}`))
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		if w.Code != 401 || len(routes) != 1 || routes[0] != ordersPattern || r.Pattern != ordersPattern {
+			t.Errorf("%s: %d %s, routes %q, pattern %q", target, w.Code, w.Body, routes, r.Pattern)
+		}
+		if want == "" {
+			want = w.Body.String()
+		} else if w.Body.String() != want {
+			t.Errorf("%s: body %s, want %s", target, w.Body, want)
+		}
+	}
+	for _, m := range []string{"GET", "HEAD", "PUT"} {
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest(m, "/api/v1/orders", nil))
+		if w.Code != 405 || w.Header().Get("Allow") != "POST" {
+			t.Errorf("%s: %d, Allow %q", m, w.Code, w.Header().Get("Allow"))
+		}
+	}
+}

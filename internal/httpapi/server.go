@@ -117,7 +117,16 @@ type Server struct {
 	mux   *http.ServeMux
 	// patterns are the mux's patterns, in the order registered (Routes).
 	patterns []string
+	// orders is the mux's handler of ordersPattern (ServeHTTP).
+	orders http.HandlerFunc
 }
+
+// ordersPattern is the purchase route, the one ServeHTTP takes without
+// the mux's look-up when a request names it exactly.
+const (
+	ordersPattern = "POST " + ordersPath
+	ordersPath    = "/api/v1/orders"
+)
 
 // New returns the API handler.
 func New(buy *purchase.Service, admin Admin, log *slog.Logger, cfg Config) *Server {
@@ -150,7 +159,7 @@ func (s *Server) routes() {
 	s.handle("POST /admin/v1/dlq/{seq}/replay", s.admin_(s.dlqAction(true)))
 	s.handle("POST /admin/v1/dlq/{seq}/discard", s.admin_(s.dlqAction(false)))
 	s.handle("GET /api/v1/skus/{sku_id}", s.limited(s.getSKU))
-	s.handle("POST /api/v1/orders", s.limited(s.user(s.createOrder)))
+	s.handle(ordersPattern, s.limited(s.user(s.createOrder)))
 	s.handle("GET /api/v1/orders/{order_id}", s.limited(s.user(s.getOrder)))
 	if s.cfg.Lifecycle != nil {
 		s.handle("POST /api/v1/orders/{order_id}/pay", s.limited(s.user(s.payOrder)))
@@ -287,7 +296,7 @@ func (s *Server) handleRaw(pattern string, h http.Handler) {
 // register adds h to the mux, marking the request routed when it runs. A
 // raw handler gets the connection's writer itself (Flusher and all).
 func (s *Server) register(pattern string, h http.Handler, raw bool) {
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	f := func(w http.ResponseWriter, r *http.Request) {
 		if st, ok := w.(*reqState); ok {
 			st.routed = true
 			if raw {
@@ -295,7 +304,11 @@ func (s *Server) register(pattern string, h http.Handler, raw bool) {
 			}
 		}
 		h.ServeHTTP(w, r)
-	})
+	}
+	s.mux.HandleFunc(pattern, f)
+	if pattern == ordersPattern {
+		s.orders = f
+	}
 }
 
 func (s *Server) handle(pattern string, h handlerFunc) {
@@ -360,6 +373,14 @@ func writerState(w http.ResponseWriter) *reqState {
 // takes is routed again, to tell 404 from 405.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := &reqState{ResponseWriter: w, s: s, r: r, status: http.StatusOK, clientIP: s.cfg.Proxies.ClientIP(r)}
+	if s.orders != nil && r.Method == http.MethodPost && r.URL.Path == ordersPath && r.URL.RawPath == "" {
+		// A purchase, its path as it is: the mux would route it to the
+		// purchase route (no host patterns, no wildcard, nothing to
+		// clean), and sets the request's Pattern as here.
+		r.Pattern = ordersPattern
+		s.orders(st, r)
+		return
+	}
 	s.mux.ServeHTTP(st, r)
 	if !st.suppressed {
 		return
