@@ -20,10 +20,11 @@ type waitClock struct {
 	t     *time.Timer
 	cur   atomic.Pointer[phase] // the wait the timer is armed for
 	spare *phase                // made with the last wait, not handed out yet
+	base  time.Time             // a time.Now reading (now)
 }
 
 var waitClocks = sync.Pool{New: func() any {
-	c := &waitClock{}
+	c := &waitClock{base: time.Now()}
 	c.t = time.AfterFunc(time.Hour, c.fire)
 	c.t.Stop()
 	return c
@@ -46,10 +47,26 @@ func (c *waitClock) start(parent context.Context, d time.Duration) *phase {
 	} else {
 		c.spare = nil
 	}
-	p.parent, p.deadline = parent, time.Now().Add(d)
+	p.parent, p.deadline = parent, c.now().Add(d)
 	c.cur.Store(p)
 	c.t.Reset(d)
 	return p
+}
+
+// now is the current time by the monotonic clock: base plus the monotonic
+// time since base (time.Since reads only that clock; time.Now reads the
+// wall clock too, which costs as much again on some virtual machines). A
+// deadline made from it compares (Before, Until, Sub with a time.Now) by its
+// monotonic reading, exactly; only its wall reading may differ from the
+// wall clock's, by the clock's adjustments since base, which is renewed
+// every minute.
+func (c *waitClock) now() time.Time {
+	since := time.Since(c.base)
+	if since < 0 || since > time.Minute {
+		c.base = time.Now()
+		return c.base
+	}
+	return c.base.Add(since)
 }
 
 // fire ends the current wait if its deadline passed (a timer armed for an
