@@ -145,6 +145,9 @@ type Request struct {
 	// ClientIP is recorded in the audit trail and keys the per-IP rate
 	// limit ("" skips that limit).
 	ClientIP string
+	// At is when the request arrived, if the caller read the clock for
+	// it already (the HTTP API does); zero: the service reads it.
+	At time.Time
 }
 
 // Result is an accepted purchase.
@@ -187,7 +190,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	if !ok {
 		return Result{}, sale.ErrUnknownSKU
 	}
-	now := s.now()
+	now := req.At
+	if now.IsZero() {
+		now = s.now()
+	}
 	if !sku.StartsAt.IsZero() && now.Before(sku.StartsAt) {
 		return Result{}, sale.ErrSaleNotOpen
 	}
