@@ -31,14 +31,14 @@ type UserAuth struct {
 	secret  []byte
 	macs    *macPool // HMAC states keyed with secret (jwt.go)
 	skew    time.Duration
-	now     func() time.Time
+	now     func() time.Time // the clock, if not the request's (tests)
 	header  string
 	proxies *Proxies
 }
 
 // NewUserAuth returns a verifier for tokens signed with secret.
 func NewUserAuth(secret string) *UserAuth {
-	return &UserAuth{secret: []byte(secret), macs: newMacPool([]byte(secret)), skew: 30 * time.Second, now: time.Now}
+	return &UserAuth{secret: []byte(secret), macs: newMacPool([]byte(secret)), skew: 30 * time.Second}
 }
 
 // WithGateway returns a copy of a that takes the user id from header on
@@ -71,12 +71,25 @@ func (a *UserAuth) User(r *http.Request) (string, error) {
 	if !ok || len(a.secret) == 0 {
 		return "", errUnauthenticated
 	}
-	return a.Verify(tok)
+	now := requestTime(r)
+	if a.now != nil {
+		now = a.now()
+	}
+	return a.verify(tok, now)
 }
 
 // Verify checks a token and returns its subject (jwt.go says exactly what
 // passes). An empty secret verifies nothing.
 func (a *UserAuth) Verify(tok string) (string, error) {
+	now := time.Now()
+	if a.now != nil {
+		now = a.now()
+	}
+	return a.verify(tok, now)
+}
+
+// verify is Verify at now.
+func (a *UserAuth) verify(tok string, now time.Time) (string, error) {
 	if len(a.secret) == 0 {
 		return "", errUnauthenticated
 	}
@@ -84,7 +97,6 @@ func (a *UserAuth) Verify(tok string) (string, error) {
 	if !ok || !c.hasExp {
 		return "", errUnauthenticated
 	}
-	now := a.now()
 	if !now.Before(c.exp.Add(a.skew)) || c.hasNbf && now.Before(c.nbf.Add(-a.skew)) || !sale.ValidUser(c.sub) {
 		return "", errUnauthenticated
 	}
@@ -110,7 +122,7 @@ func adminOK(r *http.Request, token string) error {
 }
 
 func bearer(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
+	h := headerValue(r.Header, "Authorization")
 	const p = "Bearer "
 	if len(h) <= len(p) || !strings.EqualFold(h[:len(p)], p) {
 		return "", false

@@ -174,6 +174,13 @@ func TestClientIP(t *testing.T) {
 		{"IPv6 peer and client", proxies, request("[2001:db8:ffff::1]:443", "X-Forwarded-For", "2001:db8:1::5"), "2001:db8:1::5"},
 		{"IPv6 client with port", proxies, request("10.0.0.1:1", "X-Forwarded-For", "[2001:db8:1::5]:443"), "2001:db8:1::5"},
 		{"IPv4-mapped", proxies, request("[::ffff:10.0.0.1]:1", "X-Forwarded-For", "::ffff:203.0.113.9"), "203.0.113.9"},
+		// The peer's address as netip writes it, whatever RemoteAddr's spelling.
+		{"peer without port", nil, request("198.51.100.1"), "198.51.100.1"},
+		{"IPv6 peer", nil, request("[2001:DB8:0::1]:443"), "2001:db8::1"},
+		{"IPv6 peer without port", nil, request("2001:db8::1"), "2001:db8::1"},
+		{"IPv6 peer, non-canonical, without port", nil, request("2001:DB8::1"), "2001:db8::1"},
+		{"IPv4-mapped peer", nil, request("[::ffff:198.51.100.1]:1"), "198.51.100.1"},
+		{"peer with a longer prefix", nil, request("198.51.100.10:1"), "198.51.100.10"},
 	}
 	for _, c := range cases {
 		if got := c.proxies.ClientIP(c.r); got != c.want {

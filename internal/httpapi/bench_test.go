@@ -37,7 +37,7 @@ func BenchmarkDecodeOrder(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := decodeOrder(raw); err != nil {
+		if _, err := decodeOrder(raw, nil); err != nil {
 			b.Fatal(err)
 		}
 		bodyBufs.Put(buf)

@@ -78,7 +78,7 @@ func (p *Proxies) ClientIP(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	if !p.Contains(client) {
-		return client.String()
+		return addrIn(client, r.RemoteAddr)
 	}
 	hops := r.Header.Values("X-Forwarded-For")
 	for i := len(hops) - 1; i >= 0; i-- {
@@ -95,6 +95,17 @@ func (p *Proxies) ClientIP(r *http.Request) string {
 		}
 	}
 	return client.String()
+}
+
+// addrIn is a.String(), or the same string as it begins hostPort (the
+// usual "192.0.2.10:51234" of RemoteAddr), which costs no allocation.
+func addrIn(a netip.Addr, hostPort string) string {
+	var buf [64]byte
+	b := a.AppendTo(buf[:0])
+	if n := len(b); len(hostPort) >= n && hostPort[:n] == string(b) && (len(hostPort) == n || hostPort[n] == ':') {
+		return hostPort[:n]
+	}
+	return string(b)
 }
 
 // parseHop parses one X-Forwarded-For entry: an address, optionally with a

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/purchase"
 	"github.com/flashsale/flashsale/internal/sale"
 )
 
@@ -48,7 +49,7 @@ func readBody(w http.ResponseWriter, r *http.Request, types ...string) ([]byte, 
 }
 
 func mediaTypeIn(r *http.Request, types []string) bool {
-	ct := r.Header.Get("Content-Type")
+	ct := headerValue(r.Header, "Content-Type")
 	if len(types) == 1 && strings.EqualFold(ct, types[0]) {
 		return true // the usual case, which ParseMediaType would accept
 	}
@@ -115,8 +116,10 @@ type orderInput struct {
 // sku_id, a whole-number quantity or null, nothing else) is decoded here;
 // any other is left to decodeJSON, so that what it accepts and the message
 // of what it refuses are the strict decoder's (FuzzDecodeOrder compares).
-func decodeOrder(body []byte) (orderInput, error) {
-	if in, ok := decodeOrderFast(body); ok {
+// The sku_id of a sale in cat (nil: none) is the catalog's string, not a
+// copy.
+func decodeOrder(body []byte, cat *purchase.Catalog) (orderInput, error) {
+	if in, ok := decodeOrderFast(body, cat); ok {
 		return in, nil
 	}
 	var req orderRequest
@@ -130,7 +133,7 @@ func decodeOrder(body []byte) (orderInput, error) {
 	return in, nil
 }
 
-func decodeOrderFast(b []byte) (orderInput, bool) {
+func decodeOrderFast(b []byte, cat *purchase.Catalog) (orderInput, bool) {
 	in := orderInput{Quantity: 1}
 	var sawSKU, sawQty bool
 	l := lexer{b: b}
@@ -163,7 +166,14 @@ func decodeOrderFast(b []byte) (orderInput, bool) {
 			if !l.eat('"') {
 				return in, false
 			}
-			in.SKU = string(b[start : l.i-1])
+			raw := b[start : l.i-1]
+			var known bool
+			if cat != nil {
+				in.SKU, known = cat.ID(raw)
+			}
+			if !known {
+				in.SKU = string(raw)
+			}
 		case !sawQty && l.literal(`"quantity"`):
 			sawQty = true
 			if l.space(); !l.eat(':') {

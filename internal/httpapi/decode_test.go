@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -9,9 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/flashsale/flashsale/internal/purchase"
 	"github.com/flashsale/flashsale/internal/sale"
 )
 
@@ -96,8 +99,13 @@ func TestVerifyToken(t *testing.T) {
 // ErrInvalid or yields a request the handler can validate; and the purchase
 // path's one-pass decoder (decodeOrder) accepts exactly what the strict
 // decoder accepts, with the same values, and refuses the rest with the same
-// message.
+// message; the sku_id of a sale in the catalog is the catalog's string, of
+// any other a string of its own, with the same value.
 func FuzzDecodeOrder(f *testing.F) {
+	cat := purchase.NewCatalog(skuList{{ID: "a"}, {ID: "phone-1"}})
+	if err := cat.Refresh(context.Background()); err != nil {
+		f.Fatal(err)
+	}
 	for _, s := range []string{`{"sku_id":"a","quantity":1}`, `{"quantity":-1}`, `[`, `{"a":{"b":[1,2,{"c":null}]}}`, `"\u0000"`, `{"sku_id":"\ud800"}`,
 		` {"quantity" : 2 , "sku_id" : "phone-1"} `, `{"sku_id":null,"quantity":null}`, `{}`, `null`, `{"sku_id":"a","quantity":1}x`,
 		`{"sku_id":"a","quantity":1.0}`, `{"sku_id":"a","quantity":-0}`, `{"sku_id":"a","quantity":123456789012345678}`,
@@ -113,7 +121,7 @@ func FuzzDecodeOrder(f *testing.F) {
 		if err == nil && !json.Valid(body) {
 			t.Fatalf("accepted invalid JSON %q", body)
 		}
-		in, err2 := decodeOrder(body)
+		in, err2 := decodeOrder(body, cat)
 		if (err == nil) != (err2 == nil) || err != nil && err.Error() != err2.Error() {
 			t.Fatalf("%q: decodeOrder %v, decodeJSON %v", body, err2, err)
 		}
@@ -124,11 +132,24 @@ func FuzzDecodeOrder(f *testing.F) {
 		if err == nil && in != want {
 			t.Fatalf("%q: decodeOrder %+v, decodeJSON %+v", body, in, want)
 		}
-		if fast, ok := decodeOrderFast(body); ok && (err != nil || fast != want) {
+		if fast, ok := decodeOrderFast(body, nil); ok && (err != nil || fast != want) {
 			t.Fatalf("%q: the fast path took %+v, decodeJSON %+v %v", body, fast, want, err)
+		}
+		if fast, ok := decodeOrderFast(body, cat); ok {
+			if fast != want {
+				t.Fatalf("%q: the fast path with the catalog took %+v, decodeJSON %+v", body, fast, want)
+			}
+			if id, known := cat.ID([]byte(fast.SKU)); known && unsafe.StringData(id) != unsafe.StringData(fast.SKU) {
+				t.Fatalf("%q: sku_id %q is a copy of the catalog's", body, fast.SKU)
+			}
 		}
 	})
 }
+
+// skuList is a purchase.SKULister of fixed sales.
+type skuList []sale.SKU
+
+func (l skuList) SKUs(context.Context) ([]sale.SKU, error) { return l, nil }
 
 // FuzzVerifyToken: token parsing never panics and never accepts a token not
 // signed with the secret by HS256: whatever passes carries a valid

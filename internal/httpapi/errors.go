@@ -241,10 +241,17 @@ func writeAccepted(w http.ResponseWriter, orderID, status string) {
 // printable ASCII without quote, backslash or the HTML characters it escapes.
 func plainJSON(s string) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !plainByte[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// plainByte[c] says whether encoding/json writes byte c of a string as it is.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()

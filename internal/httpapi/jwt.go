@@ -8,6 +8,7 @@ import (
 	"hash"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode"
@@ -86,12 +87,16 @@ func (mp *macPool) verifyHS256(tok string) (tokenClaims, bool) {
 	defer mp.p.Put(st)
 	b := st.tok[:copy(st.tok[:], tok)]
 	enc := base64.RawURLEncoding
-	n, err := enc.Decode(st.dec[:], b[:d1])
-	if err != nil || !headerIsHS256(st.dec[:n]) {
-		return tokenClaims{}, false
+	// The usual header (golang-jwt's and Sign's) is known good; any
+	// other is decoded and checked.
+	if tok[:d1] != hs256Header {
+		n, err := enc.Decode(st.dec[:], b[:d1])
+		if err != nil || !headerIsHS256(st.dec[:n]) {
+			return tokenClaims{}, false
+		}
 	}
 	// The signature before the claims: a forged token reads no further.
-	n, err = enc.Decode(st.dec[:], b[d2+1:])
+	n, err := enc.Decode(st.dec[:], b[d2+1:])
 	if err != nil {
 		return tokenClaims{}, false
 	}
@@ -107,14 +112,16 @@ func (mp *macPool) verifyHS256(tok string) (tokenClaims, bool) {
 	return parseClaims(st.dec[:n])
 }
 
+// indexByte is the index of the first '.' in s at or after from, or -1.
 func indexByte(s string, from int) int {
-	for i := from; i < len(s); i++ {
-		if s[i] == '.' {
-			return i
-		}
+	if i := strings.IndexByte(s[from:], '.'); i >= 0 {
+		return from + i
 	}
 	return -1
 }
+
+// hs256Header is the base64url of {"alg":"HS256","typ":"JWT"}.
+const hs256Header = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
 
 // headerIsHS256 reports whether b is a JSON object whose last "alg" member
 // is the string "HS256" and whose numbers all fit a float64 (encoding/json
@@ -181,6 +188,16 @@ const (
 )
 
 func claimOf(key []byte) int {
+	switch string(key) { // the names as written, before folding
+	case "sub":
+		return claimSub
+	case "exp":
+		return claimExp
+	case "iat":
+		return claimIat
+	case "nbf":
+		return claimNbf
+	}
 	var f [3]byte // the folded name, if three runes that fold to ASCII
 	n := 0
 	for i := 0; i < len(key); {
@@ -592,6 +609,9 @@ func (l *lexer) numericDate() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	round, frac := math.Modf(f)
+	if frac == 0 {
+		return time.Unix(int64(round), 0), true // whole seconds already
+	}
 	return time.Unix(int64(round), int64(frac*1e9)).Truncate(time.Second), true
 }
 
@@ -656,7 +676,20 @@ func getu4(s []byte) rune {
 // UTF-8 and lone surrogates become U+FFFD). With max >= 0 it stops, fits
 // false, once dst grows past max bytes (give dst room for max+4).
 func unquote(dst, s []byte, max int) (_ []byte, fits bool) {
-	for r := 0; r < len(s); {
+	// Plain ASCII up to the first escape or multi-byte rune is copied as
+	// it is.
+	plain := 0
+	for plain < len(s) && s[plain] != '\\' && s[plain] < utf8.RuneSelf {
+		plain++
+	}
+	if max >= 0 && len(dst)+plain > max+1 {
+		plain = max + 1 - len(dst)
+		if plain < 0 {
+			plain = 0
+		}
+	}
+	dst = append(dst, s[:plain]...)
+	for r := plain; r < len(s); {
 		if max >= 0 && len(dst) > max {
 			return dst, false
 		}
@@ -713,7 +746,7 @@ func unquote(dst, s []byte, max int) (_ []byte, fits bool) {
 // signHS256 mints the token Sign returns: golang-jwt's encoding of the
 // registered claims sub, exp and iat (whole seconds), HS256.
 func signHS256(secret []byte, sub string, now time.Time, ttl time.Duration) string {
-	const header = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9" // {"alg":"HS256","typ":"JWT"}
+	const header = hs256Header
 	claims := []byte(`{`)
 	if sub != "" {
 		s, _ := json.Marshal(sub)

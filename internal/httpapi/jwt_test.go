@@ -94,8 +94,12 @@ var diffClaims = []string{
 }
 
 // TestVerifyTokenMatchesJWT: the hand verifier and golang-jwt agree on
-// tokens at the edges of the header, the claims and the encoding.
+// tokens at the edges of the header, the claims and the encoding. The
+// first header is the one verifyHS256 knows without decoding it.
 func TestVerifyTokenMatchesJWT(t *testing.T) {
+	if h := base64.RawURLEncoding.EncodeToString([]byte(diffHeaders[0])); h != hs256Header {
+		t.Fatalf("the known header is %s, diffHeaders[0] %s", hs256Header, h)
+	}
 	a := diffAuth()
 	for _, h := range diffHeaders {
 		for _, c := range diffClaims {

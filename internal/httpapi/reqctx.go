@@ -5,15 +5,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/orderstore"
 )
 
 // reqCtx is the context of a routed request: its parent's (the
 // connection's) values and cancellation, the request's state (stateKey),
-// and the deadline of Config.Timeout. The deadline's timer is made only
-// when something waits on the context (Done, which a derived context also
-// calls): a purchase, whose waits have their own bounds (the purchase
-// package's clock), and a refusal from memory make none, while a database
-// call waiting on the context gets the bound as with context.WithTimeout.
+// the audit trail's actor once a user is authenticated
+// (orderstore.ActorKey), and the deadline of Config.Timeout. The
+// deadline's timer is made only when something waits on the context (Done,
+// which a derived context also calls): a purchase, whose waits have their
+// own bounds (the purchase package's clock), and a refusal from memory make
+// none, while a database call waiting on the context gets the bound as with
+// context.WithTimeout.
 // Deadline and Err say what context.WithTimeout's would at any moment.
 type reqCtx struct {
 	parent   context.Context
@@ -41,8 +45,15 @@ func (c *reqCtx) Deadline() (time.Time, bool) {
 }
 
 func (c *reqCtx) Value(key any) any {
-	if _, ok := key.(stateKey); ok {
+	switch key.(type) {
+	case stateKey:
 		return c.st
+	case orderstore.ActorKey:
+		// The authenticated user acts (Server.user), composed when a
+		// store call asks: a purchase makes none.
+		if c.st.user != "" {
+			return orderstore.Actor{Name: "user:" + c.st.user, SourceIP: c.st.clientIP}
+		}
 	}
 	if r := c.real.Load(); r != nil {
 		// The timer's context: a context derived from this one finds

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/orderstore"
 )
 
 // TestRoutingAnswers: requests no route takes are answered as they were
@@ -124,4 +126,107 @@ func TestRequestContext(t *testing.T) {
 	cancel()
 	close(hold)
 	s.ServeHTTP(httptest.NewRecorder(), r)
+}
+
+// TestRequestActor: a user route's context names the user as the audit
+// trail's actor (orderstore.ActorKey), with the client's address, through
+// contexts derived from it and after its timer was made, and whether the
+// request came through ServeHTTP or straight to the mux; a route without a
+// user names none. Each answer carries an X-Request-Id: the caller's sane
+// one, else a new one per request.
+func TestRequestActor(t *testing.T) {
+	const secret = "actor-secret-of-reasonable-length"
+	tok, err := Sign(secret, "alice", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(nil, nil, slog.New(slog.DiscardHandler), Config{Users: NewUserAuth(secret)})
+	want := orderstore.Actor{Name: "user:alice", SourceIP: "192.0.2.10"}
+	s.handle("POST /t/user", s.user(func(w http.ResponseWriter, r *http.Request) error {
+		ctx := r.Context()
+		if got := ctx.Value(orderstore.ActorKey{}); got != want {
+			t.Errorf("actor %v, want %v", got, want)
+		}
+		child, cancel := context.WithTimeout(ctx, time.Minute) // makes the request's timer
+		defer cancel()
+		for _, c := range []context.Context{child, context.WithoutCancel(child)} {
+			if got := c.Value(orderstore.ActorKey{}); got != want {
+				t.Errorf("derived context: actor %v, want %v", got, want)
+			}
+		}
+		if got := ctx.Value(orderstore.ActorKey{}); got != want {
+			t.Errorf("after the timer: actor %v, want %v", got, want)
+		}
+		if userOf(r) != "alice" || peerIP(r) != "192.0.2.10" {
+			t.Errorf("user %q, peer %q", userOf(r), peerIP(r))
+		}
+		return nil
+	}))
+	s.handle("GET /t/anon", func(w http.ResponseWriter, r *http.Request) error {
+		if got := r.Context().Value(orderstore.ActorKey{}); got != nil {
+			t.Errorf("no user: actor %v", got)
+		}
+		return nil
+	})
+	ids := map[string]bool{}
+	for _, direct := range []bool{false, true} {
+		r := httptest.NewRequest("POST", "/t/user", nil)
+		r.RemoteAddr = "192.0.2.10:51234"
+		r.Header.Set("Authorization", "Bearer "+tok)
+		w := httptest.NewRecorder()
+		if direct {
+			s.mux.ServeHTTP(w, r)
+		} else {
+			s.ServeHTTP(w, r)
+		}
+		if w.Code != 200 {
+			t.Fatalf("direct %v: %d %s", direct, w.Code, w.Body)
+		}
+		id := w.Header().Get("X-Request-Id")
+		if len(id) != 16 || ids[id] {
+			t.Errorf("direct %v: X-Request-Id %q (seen %v)", direct, id, ids)
+		}
+		ids[id] = true
+	}
+	r := httptest.NewRequest("GET", "/t/anon", nil)
+	r.Header.Set("X-Request-Id", "from-the-gateway")
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	if w.Code != 200 || w.Header().Get("X-Request-Id") != "from-the-gateway" {
+		t.Errorf("%d, X-Request-Id %q", w.Code, w.Header().Get("X-Request-Id"))
+	}
+}
+
+// TestOrdersRoute: a purchase reaches the purchase route whether
+// ServeHTTP takes it straight (its path exactly /api/v1/orders) or through
+// the mux (the same path written otherwise), with the same answer; other
+// methods on the path are 405 as before.
+func TestOrdersRoute(t *testing.T) {
+	var routes []string
+	s := New(nil, nil, slog.New(slog.DiscardHandler), Config{
+		Users:   NewUserAuth("orders-route-secret"),
+		Observe: func(route string, status int, _ time.Duration) { routes = append(routes, route) },
+	})
+	var want string
+	for _, target := range []string{"/api/v1/orders", "/api/v1/orders?x=1", "/api/v1/%6Frders", "http://example.com/api/v1/orders"} {
+		routes = routes[:0]
+		r := httptest.NewRequest("POST", target, strings.NewReader(`{"sku_id":"a"}`))
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		if w.Code != 401 || len(routes) != 1 || routes[0] != ordersPattern || r.Pattern != ordersPattern {
+			t.Errorf("%s: %d %s, routes %q, pattern %q", target, w.Code, w.Body, routes, r.Pattern)
+		}
+		if want == "" {
+			want = w.Body.String()
+		} else if w.Body.String() != want {
+			t.Errorf("%s: body %s, want %s", target, w.Body, want)
+		}
+	}
+	for _, m := range []string{"GET", "HEAD", "PUT"} {
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest(m, "/api/v1/orders", nil))
+		if w.Code != 405 || w.Header().Get("Allow") != "POST" {
+			t.Errorf("%s: %d, Allow %q", m, w.Code, w.Header().Get("Allow"))
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/time/rate"
 
@@ -117,7 +118,16 @@ type Server struct {
 	mux   *http.ServeMux
 	// patterns are the mux's patterns, in the order registered (Routes).
 	patterns []string
+	// orders is the mux's handler of ordersPattern (ServeHTTP).
+	orders http.HandlerFunc
 }
+
+// ordersPattern is the purchase route, the one ServeHTTP takes without
+// the mux's look-up when a request names it exactly.
+const (
+	ordersPattern = "POST " + ordersPath
+	ordersPath    = "/api/v1/orders"
+)
 
 // New returns the API handler.
 func New(buy *purchase.Service, admin Admin, log *slog.Logger, cfg Config) *Server {
@@ -150,7 +160,7 @@ func (s *Server) routes() {
 	s.handle("POST /admin/v1/dlq/{seq}/replay", s.admin_(s.dlqAction(true)))
 	s.handle("POST /admin/v1/dlq/{seq}/discard", s.admin_(s.dlqAction(false)))
 	s.handle("GET /api/v1/skus/{sku_id}", s.limited(s.getSKU))
-	s.handle("POST /api/v1/orders", s.limited(s.user(s.createOrder)))
+	s.handle(ordersPattern, s.limited(s.user(s.createOrder)))
 	s.handle("GET /api/v1/orders/{order_id}", s.limited(s.user(s.getOrder)))
 	if s.cfg.Lifecycle != nil {
 		s.handle("POST /api/v1/orders/{order_id}/pay", s.limited(s.user(s.payOrder)))
@@ -210,6 +220,14 @@ type reqState struct {
 	routed, decided, passed, suppressed bool
 	scratch                             http.Header
 	ctx                                 reqCtx
+	// rid holds the request id made here (requestID) and ridHeader the
+	// X-Request-Id header's value, so that neither is an allocation of
+	// its own.
+	rid       [16]byte
+	ridHeader [1]string
+	// start is when the route's handler began (the clock read once for
+	// the request: its duration, the instance limiter, the token's exp).
+	start time.Time
 }
 
 type stateKey struct{}
@@ -279,7 +297,7 @@ func (s *Server) handleRaw(pattern string, h http.Handler) {
 // register adds h to the mux, marking the request routed when it runs. A
 // raw handler gets the connection's writer itself (Flusher and all).
 func (s *Server) register(pattern string, h http.Handler, raw bool) {
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	f := func(w http.ResponseWriter, r *http.Request) {
 		if st, ok := w.(*reqState); ok {
 			st.routed = true
 			if raw {
@@ -287,26 +305,35 @@ func (s *Server) register(pattern string, h http.Handler, raw bool) {
 			}
 		}
 		h.ServeHTTP(w, r)
-	})
+	}
+	s.mux.HandleFunc(pattern, f)
+	if pattern == ordersPattern {
+		s.orders = f
+	}
 }
 
 func (s *Server) handle(pattern string, h handlerFunc) {
 	s.patterns = append(s.patterns, pattern)
 	s.register(pattern, s.traced(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rid := requestID(r)
-		w.Header()["X-Request-Id"] = []string{rid}
-		// Served by ServeHTTP, the request's state records the status and
-		// is its context (reqctx.go); else (a test calling the mux) a
-		// statusWriter and context.WithTimeout do.
+		// Served by ServeHTTP, the request's state records the status,
+		// holds the request id and is its context (reqctx.go); else (a
+		// test calling the mux) a statusWriter and context.WithTimeout do.
 		var ctx context.Context
+		var rid string
 		st := writerState(w)
 		var sw *statusWriter
 		if st != nil {
+			rid = requestID(r, &st.rid)
+			st.ridHeader[0] = rid
+			w.Header()["X-Request-Id"] = st.ridHeader[:]
+			st.start = start
 			st.ctx.init(r.Context(), st, start.Add(s.cfg.Timeout))
 			defer st.ctx.end()
 			ctx = &st.ctx
 		} else {
+			rid = requestID(r, new([16]byte))
+			w.Header()["X-Request-Id"] = []string{rid}
 			sw = &statusWriter{ResponseWriter: w, status: http.StatusOK}
 			w = sw
 			var cancel context.CancelFunc
@@ -347,6 +374,14 @@ func writerState(w http.ResponseWriter) *reqState {
 // takes is routed again, to tell 404 from 405.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := &reqState{ResponseWriter: w, s: s, r: r, status: http.StatusOK, clientIP: s.cfg.Proxies.ClientIP(r)}
+	if s.orders != nil && r.Method == http.MethodPost && r.URL.Path == ordersPath && r.URL.RawPath == "" {
+		// A purchase, its path as it is: the mux would route it to the
+		// purchase route (no host patterns, no wildcard, nothing to
+		// clean), and sets the request's Pattern as here.
+		r.Pattern = ordersPattern
+		s.orders(st, r)
+		return
+	}
 	s.mux.ServeHTTP(st, r)
 	if !st.suppressed {
 		return
@@ -383,11 +418,20 @@ func (s *Server) limited(h handlerFunc) handlerFunc {
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if !s.cfg.Limiter.Allow() {
+		if !s.cfg.Limiter.AllowN(requestTime(r), 1) {
 			return &sale.RateLimitError{Scope: "instance", RetryAfter: time.Second}
 		}
 		return h(w, r)
 	}
+}
+
+// requestTime is when the handling of r began (ServeHTTP read the clock),
+// or now.
+func requestTime(r *http.Request) time.Time {
+	if st := stateOf(r.Context()); st != nil && !st.start.IsZero() {
+		return st.start
+	}
+	return time.Now()
 }
 
 // peerIP is the address of the client as the audit trail records it and
@@ -442,10 +486,12 @@ func (s *Server) user(h handlerFunc) handlerFunc {
 		}
 		ctx := r.Context()
 		if st := stateOf(ctx); st != nil {
+			// The request's context answers the user and, for the
+			// audit trail, the actor (reqCtx.Value).
 			st.user = u
-		} else {
-			ctx = context.WithValue(ctx, userKey{}, u)
+			return h(w, r)
 		}
+		ctx = context.WithValue(ctx, userKey{}, u)
 		ctx = orderstore.WithActor(ctx, orderstore.Actor{Name: "user:" + u, SourceIP: peerIP(r)})
 		return h(w, r.WithContext(ctx))
 	}
@@ -743,16 +789,16 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req, err := decodeOrder(body)
+	req, err := decodeOrder(body, s.buy.Catalog)
 	if buf != nil {
 		bodyBufs.Put(buf)
 	}
 	if err != nil {
 		return err
 	}
-	key := r.Header.Get("Idempotency-Key")
+	key := headerValue(r.Header, "Idempotency-Key")
 	res, err := s.buy.Buy(r.Context(), purchase.Request{
-		User: userOf(r), SKU: req.SKU, Quantity: req.Quantity, IdempotencyKey: key, ClientIP: peerIP(r),
+		User: userOf(r), SKU: req.SKU, Quantity: req.Quantity, IdempotencyKey: key, ClientIP: peerIP(r), At: requestTime(r),
 	})
 	if errors.Is(err, sale.ErrInvalid) {
 		return orderInputError(err, req.SKU, req.Quantity, key)
@@ -1029,16 +1075,26 @@ func timePtr(t time.Time) *time.Time {
 	return &u
 }
 
+// headerValue is h.Get(key) of a key written in canonical form, as net/http
+// stores every header it reads (http.CanonicalHeaderKey(key) == key): the
+// look-up without canonicalizing key again.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // requestID is the request's X-Request-Id if it is a sane one (set by a
-// gateway), else a new random id. It is echoed in the response and in every
-// log line about the request.
-func requestID(r *http.Request) string {
-	if id := r.Header.Get("X-Request-Id"); len(id) > 0 && len(id) <= 64 && sale.ValidIdempotencyKey(id) {
+// gateway), else a new random id, written in buf. It is echoed in the
+// response and in every log line about the request.
+func requestID(r *http.Request, buf *[16]byte) string {
+	if id := headerValue(r.Header, "X-Request-Id"); len(id) > 0 && len(id) <= 64 && sale.ValidIdempotencyKey(id) {
 		return id
 	}
 	var u [8]byte
-	var b [16]byte
 	binary.BigEndian.PutUint64(u[:], rand.Uint64())
-	hex.Encode(b[:], u[:])
-	return string(b[:])
+	hex.Encode(buf[:], u[:])
+	// buf is written here once and never again: the string may be it.
+	return unsafe.String(&buf[0], len(buf))
 }

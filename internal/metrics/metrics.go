@@ -4,6 +4,7 @@ package metrics
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/buildinfo"
@@ -27,6 +28,18 @@ type Metrics struct {
 	drift        *prometheus.GaugeVec
 	alerts       prometheus.Counter
 	gate         prometheus.Histogram
+
+	// The series of purchases and httpDuration once used, by label
+	// values: a request finds its own without hashing its labels and
+	// formatting its status code again (the vectors' children are never
+	// deleted, so a series found stays the one exposed).
+	purchaseSeries sync.Map // outcome -> prometheus.Counter
+	httpSeries     sync.Map // httpKey -> prometheus.Observer
+}
+
+type httpKey struct {
+	route  string
+	status int
 }
 
 // New registers the metrics on a fresh registry (plus Go and process collectors).
@@ -88,11 +101,26 @@ func New() *Metrics {
 }
 
 // Purchase counts one purchase decision.
-func (m *Metrics) Purchase(outcome string) { m.purchases.WithLabelValues(outcome).Inc() }
+func (m *Metrics) Purchase(outcome string) {
+	if c, ok := m.purchaseSeries.Load(outcome); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := m.purchases.WithLabelValues(outcome)
+	m.purchaseSeries.Store(outcome, c)
+	c.Inc()
+}
 
 // HTTP records one request.
 func (m *Metrics) HTTP(route string, status int, d time.Duration) {
-	m.httpDuration.WithLabelValues(route, strconv.Itoa(status)).Observe(d.Seconds())
+	k := httpKey{route, status}
+	if o, ok := m.httpSeries.Load(k); ok {
+		o.(prometheus.Observer).Observe(d.Seconds())
+		return
+	}
+	o := m.httpDuration.WithLabelValues(route, strconv.Itoa(status))
+	m.httpSeries.Store(k, o)
+	o.Observe(d.Seconds())
 }
 
 // Batch records one consumer batch.

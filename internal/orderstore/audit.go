@@ -21,7 +21,10 @@ const (
 	AuditRedisReseed = "reseed"
 )
 
-type actorKey struct{}
+// ActorKey is the context key WithActor stores the Actor under. A context
+// may answer it itself with an Actor: the HTTP API's request context does,
+// so that a request no store call is made for composes none.
+type ActorKey struct{}
 
 // Actor identifies who causes a change: an admin, a user, or the system.
 type Actor struct {
@@ -32,11 +35,11 @@ type Actor struct {
 // WithActor returns ctx carrying who is acting, for the audit rows of the
 // store calls made with it. Without one the actor is "system".
 func WithActor(ctx context.Context, a Actor) context.Context {
-	return context.WithValue(ctx, actorKey{}, a)
+	return context.WithValue(ctx, ActorKey{}, a)
 }
 
 func actorOf(ctx context.Context) Actor {
-	if a, ok := ctx.Value(actorKey{}).(Actor); ok && a.Name != "" {
+	if a, ok := ctx.Value(ActorKey{}).(Actor); ok && a.Name != "" {
 		return a
 	}
 	return Actor{Name: "system"}

@@ -63,6 +63,14 @@ func (c *Catalog) Get(id string) (sale.SKU, bool) {
 	return s, ok
 }
 
+// ID returns the id of the sale b names as the catalog holds it, if there
+// is one: a caller holding the id as bytes gets a string made at the last
+// refresh instead of a copy of its own.
+func (c *Catalog) ID(b []byte) (string, bool) {
+	s, ok := (*c.skus.Load())[string(b)]
+	return s.ID, ok
+}
+
 // All returns every SKU in the catalog.
 func (c *Catalog) All() []sale.SKU {
 	m := *c.skus.Load()

@@ -14,14 +14,17 @@ import (
 // nobody reads, and the wait ends at its bound as before). A waitClock
 // gives both their context with one runtime timer, re-armed for the
 // second, where context.WithTimeout would make one per wait; clocks are
-// pooled, so a purchase makes no timer at all (Reset re-arms one).
+// pooled, so a purchase makes no timer at all (Reset re-arms one). The two
+// waits' contexts are made in one allocation.
 type waitClock struct {
-	t   *time.Timer
-	cur atomic.Pointer[phase] // the wait the timer is armed for
+	t     *time.Timer
+	cur   atomic.Pointer[phase] // the wait the timer is armed for
+	spare *phase                // made with the last wait, not handed out yet
+	base  time.Time             // a time.Now reading (now)
 }
 
 var waitClocks = sync.Pool{New: func() any {
-	c := &waitClock{}
+	c := &waitClock{base: time.Now()}
 	c.t = time.AfterFunc(time.Hour, c.fire)
 	c.t.Stop()
 	return c
@@ -37,10 +40,33 @@ func (c *waitClock) put() { waitClocks.Put(c) }
 // The previous wait, if any, must have ended (stop). Each wait is a new
 // context: one handed to a client may outlive the wait.
 func (c *waitClock) start(parent context.Context, d time.Duration) *phase {
-	p := &phase{values: context.WithoutCancel(parent), deadline: time.Now().Add(d)}
+	p := c.spare
+	if p == nil {
+		pair := new([2]phase)
+		p, c.spare = &pair[0], &pair[1]
+	} else {
+		c.spare = nil
+	}
+	p.parent, p.deadline = parent, c.now().Add(d)
 	c.cur.Store(p)
 	c.t.Reset(d)
 	return p
+}
+
+// now is the current time by the monotonic clock: base plus the monotonic
+// time since base (time.Since reads only that clock; time.Now reads the
+// wall clock too, which costs as much again on some virtual machines). A
+// deadline made from it compares (Before, Until, Sub with a time.Now) by its
+// monotonic reading, exactly; only its wall reading may differ from the
+// wall clock's, by the clock's adjustments since base, which is renewed
+// every minute.
+func (c *waitClock) now() time.Time {
+	since := time.Since(c.base)
+	if since < 0 || since > time.Minute {
+		c.base = time.Now()
+		return c.base
+	}
+	return c.base.Add(since)
 }
 
 // fire ends the current wait if its deadline passed (a timer armed for an
@@ -63,9 +89,10 @@ func (c *waitClock) stop(p *phase) {
 // phase is the context of one wait: its parent's values, its own deadline,
 // no cancellation but its own.
 type phase struct {
-	values   context.Context
+	parent   context.Context
 	deadline time.Time
 	mu       sync.Mutex
+	values   context.Context // WithoutCancel(parent), once asked
 	done     chan struct{}
 	err      error
 	afters   []func()
@@ -74,7 +101,20 @@ type phase struct {
 var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (p *phase) Deadline() (time.Time, bool) { return p.deadline, true }
-func (p *phase) Value(key any) any           { return p.values.Value(key) }
+
+// Value is the parent's value of key as context.WithoutCancel(parent) has
+// it: not the parent's cancellation (context.Cause of p must not find it).
+// That context is made at the first call: a wait whose client reads no
+// value makes none.
+func (p *phase) Value(key any) any {
+	p.mu.Lock()
+	if p.values == nil {
+		p.values = context.WithoutCancel(p.parent)
+	}
+	v := p.values
+	p.mu.Unlock()
+	return v.Value(key)
+}
 
 func (p *phase) Done() <-chan struct{} {
 	p.mu.Lock()

@@ -11,8 +11,9 @@ type ctxKey struct{}
 
 // TestWaitClock: each wait is done at its own deadline with
 // DeadlineExceeded (or Canceled when stopped first), carries its parent's
-// values but not its cancellation, and a timer armed for an earlier wait
-// (of this purchase or of one before it in the pool) ends no later one.
+// values but not its cancellation (nor its cause), and a timer armed for
+// an earlier wait (of this purchase or of one before it in the pool) ends
+// no later one.
 func TestWaitClock(t *testing.T) {
 	parent, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
 	cancel()      // the buyer left: the waits are detached from it
@@ -31,8 +32,8 @@ func TestWaitClock(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("gate wait not done at its deadline")
 		}
-		if !errors.Is(gate.Err(), context.DeadlineExceeded) {
-			t.Fatalf("gate err %v", gate.Err())
+		if !errors.Is(gate.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(gate), context.DeadlineExceeded) {
+			t.Fatalf("gate err %v, cause %v", gate.Err(), context.Cause(gate))
 		}
 		select {
 		case <-child.Done():

@@ -148,6 +148,9 @@ type Request struct {
 	// ClientIP is recorded in the audit trail and keys the per-IP rate
 	// limit ("" skips that limit).
 	ClientIP string
+	// At is when the request arrived, if the caller read the clock for
+	// it already (the HTTP API does); zero: the service reads it.
+	At time.Time
 }
 
 // Result is an accepted purchase.
@@ -190,7 +193,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	if !ok {
 		return Result{}, sale.ErrUnknownSKU
 	}
-	now := s.now()
+	now := req.At
+	if now.IsZero() {
+		now = s.now()
+	}
 	if !sku.StartsAt.IsZero() && now.Before(sku.StartsAt) {
 		return Result{}, sale.ErrSaleNotOpen
 	}
@@ -255,8 +261,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	gr, err := s.guard.reserve(ctx, clk, func(ctx context.Context) (stockgate.ReserveResult, error) {
 		return s.reserve(ctx, r, lim)
 	})
-	var le *stockgate.LimitedError
-	var so *stockgate.SoldOutError
+	// errors.AsType, not errors.As: the targets would be allocated on
+	// every purchase, refused or not.
+	le, limited := errors.AsType[*stockgate.LimitedError](err)
+	so, soldOut := errors.AsType[*stockgate.SoldOutError](err)
 	switch {
 	case err == nil:
 		switch {
@@ -266,10 +274,10 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		default:
 			s.soldOut.unset(r.SKU)
 		}
-	case errors.As(err, &le):
+	case limited:
 		s.remember(limitKeys(req.SKU, req.User, ipKey), le, now)
 		return Result{}, err
-	case errors.As(err, &so):
+	case soldOut:
 		s.soldOut.set(r.SKU, so.Available, now, gen)
 		return Result{}, err
 	case errors.Is(err, errBreakerOpen):
