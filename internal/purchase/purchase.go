@@ -148,9 +148,6 @@ type Request struct {
 	// ClientIP is recorded in the audit trail and keys the per-IP rate
 	// limit ("" skips that limit).
 	ClientIP string
-	// At is when the request arrived, if the caller read the clock for
-	// it already (the HTTP API does); zero: the service reads it.
-	At time.Time
 }
 
 // Result is an accepted purchase.
@@ -193,10 +190,7 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	if !ok {
 		return Result{}, sale.ErrUnknownSKU
 	}
-	now := req.At
-	if now.IsZero() {
-		now = s.now()
-	}
+	now := s.now()
 	if !sku.StartsAt.IsZero() && now.Before(sku.StartsAt) {
 		return Result{}, sale.ErrSaleNotOpen
 	}
