@@ -131,8 +131,9 @@ func seqs(ds []orderqueue.DeadLetter) []uint64 {
 }
 
 // TestDeadLettersPaging: DeadLetters lists up to limit, oldest first, from
-// sequence after+1, skipping deleted ones; GetDeadLetter and a second
-// DeleteDeadLetter of a deleted one answer ErrNoDeadLetter and nil.
+// sequence after+1, skipping deleted ones; GetDeadLetter of a deleted one
+// answers ErrNoDeadLetter, and deleting it again is nil (a discard or
+// replay repeated after an interruption, or two at once).
 func TestDeadLettersPaging(t *testing.T) {
 	t.Parallel()
 	q := openQueue(t, orderqueue.Config{})
@@ -202,6 +203,11 @@ func TestDeadLettersPaging(t *testing.T) {
 	}
 	if d, err := q.GetDeadLetter(ctx, 3); err != nil || d.OrderID != rs[2].OrderID {
 		t.Errorf("GetDeadLetter(3) = %+v, %v; want %s", d, err, rs[2].OrderID)
+	}
+	for _, seq := range []uint64{2, 99} { // deleted already, never there: nothing to do
+		if err := q.DeleteDeadLetter(ctx, seq); err != nil {
+			t.Errorf("DeleteDeadLetter(%d) of a dead letter that is not there: %v, want nil", seq, err)
+		}
 	}
 	if err := q.DeleteDeadLetter(ctx, 1); err != nil { // the first: the stream's first sequence moves
 		t.Fatal(err)
