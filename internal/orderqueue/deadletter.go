@@ -138,10 +138,16 @@ func (q *Queue) GetDeadLetter(ctx context.Context, seq uint64) (DeadLetter, erro
 }
 
 // DeleteDeadLetter removes dead letter seq (after a replay or a discard).
+// Deleting one that is not there (deleted already) is nil.
 func (q *Queue) DeleteDeadLetter(ctx context.Context, seq uint64) error {
 	err := q.dlq.DeleteMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
+	if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		// The broker's reason comes as text only ("sequence 2 not found",
+		// "stream store EOF" past the last one), never ErrMsgNotFound:
+		// ask whether the message is there.
+		if _, gerr := q.dlq.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			return nil
+		}
 	}
 	return err
 }

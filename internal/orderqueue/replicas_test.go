@@ -83,6 +83,7 @@ func TestReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node JetStream cluster")
 	}
+	t.Parallel()
 	nc := testenv.StartNATSCluster(t, 3)
 	all := func(n int) map[string]int {
 		return map[string]int{orderqueue.StreamName: n, orderqueue.DeadLetterStream: n, orderqueue.EventStream: n,

@@ -70,6 +70,7 @@ func ack(t *testing.T, q *orderqueue.Queue, n int) {
 // reservation no consumer acknowledged stays in the stream however old; an
 // acknowledged one older than the retention goes.
 func TestRetentionKeepsUnacknowledged(t *testing.T) {
+	t.Parallel()
 	q := openQueue(t, orderqueue.Config{MaxAge: time.Second, DuplicateWindow: 500 * time.Millisecond})
 	ctx := context.Background()
 	publish(t, q, 0, 5)
@@ -100,6 +101,7 @@ func TestRetentionKeepsUnacknowledged(t *testing.T) {
 // TestOpenRemovesMaxAge: a stream created with a MaxAge (older versions)
 // loses it when the queue opens.
 func TestOpenRemovesMaxAge(t *testing.T) {
+	t.Parallel()
 	url := testenv.NATS(t)
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -127,6 +129,7 @@ func TestOpenRemovesMaxAge(t *testing.T) {
 // TestEnsureRecreates: streams and consumers deleted while running are
 // reported missing and re-created.
 func TestEnsureRecreates(t *testing.T) {
+	t.Parallel()
 	q := openQueue(t, orderqueue.Config{})
 	ctx := context.Background()
 	if err := q.EnsureEventStream(ctx, orderqueue.Config{}); err != nil {
@@ -176,6 +179,7 @@ func retiredConsumer(t *testing.T, js jetstream.JetStream) {
 // the retention pass if an older instance re-creates it; retention then
 // proceeds below the apply consumer's ack floor alone.
 func TestRetiredExpiryConsumerDeleted(t *testing.T) {
+	t.Parallel()
 	url := testenv.NATS(t)
 	nc, err := nats.Connect(url)
 	if err != nil {
