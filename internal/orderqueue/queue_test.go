@@ -147,21 +147,34 @@ func TestStats(t *testing.T) {
 		t.Fatalf("empty queue: %+v", got)
 	}
 	publishAll(t, q, message(resv("k", 1)), message(resv("k", 2)), message(resv("k", 3)))
-	if got, want := stats(t, q), (orderqueue.Stats{Messages: 3, Pending: 3}); got != want {
-		t.Fatalf("published 3: %+v, want %+v", got, want)
-	}
+	statsBecome(t, q, "published 3", orderqueue.Stats{Messages: 3, Pending: 3})
 	ms := fetch(t, q, 2)
-	if got, want := stats(t, q), (orderqueue.Stats{Messages: 3, Pending: 1, AckPending: 2}); got != want {
-		t.Fatalf("2 delivered: %+v, want %+v", got, want)
-	}
+	statsBecome(t, q, "2 delivered", orderqueue.Stats{Messages: 3, Pending: 1, AckPending: 2})
 	if err := ms[0].DoubleAck(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := stats(t, q), (orderqueue.Stats{Messages: 3, Pending: 1, AckPending: 1}); got != want {
-		t.Fatalf("1 acknowledged: %+v, want %+v", got, want)
-	}
+	statsBecome(t, q, "1 acknowledged", orderqueue.Stats{Messages: 3, Pending: 1, AckPending: 1})
 	if err := q.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping: %v", err)
+	}
+}
+
+// statsBecome waits until q's stats are want: the broker updates a
+// consumer's counts shortly after the stream stored or delivered a message
+// (seen: Pending 1 right after three acknowledged publishes), so Stats is a
+// reading that catches up, not a snapshot of the last call.
+func statsBecome(t *testing.T, q *orderqueue.Queue, what string, want orderqueue.Stats) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := stats(t, q)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %+v, want %+v", what, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
