@@ -94,14 +94,14 @@ func (e *env) next(t *testing.T, msgID string) jetstream.Msg {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for m := range b.Messages() {
-		if id := m.Headers().Get(jetstream.MsgIDHeader); msgID != "" && id != msgID {
-			t.Fatalf("delivered %s, want %s", id, msgID)
-		}
-		return m
+	m, ok := <-b.Messages()
+	if !ok {
+		t.Fatalf("nothing delivered, want %s", msgID)
 	}
-	t.Fatalf("nothing delivered, want %s", msgID)
-	return nil
+	if id := m.Headers().Get(jetstream.MsgIDHeader); msgID != "" && id != msgID {
+		t.Fatalf("delivered %s, want %s", id, msgID)
+	}
+	return m
 }
 
 // deadLetter gives up on the consumer's next message, as the apply
