@@ -256,9 +256,11 @@ func readEach(ctx context.Context, st jetstream.Stream, subject string, from uin
 	if ci.NumPending == 0 {
 		return nil
 	}
-	var lastSeq uint64
+	// Each fetch asks for what is still pending (at most 1,000): a fetch
+	// asking for more than the stream holds waits out its whole MaxWait.
+	want, lastSeq := ci.NumPending, uint64(0)
 	for empty := 0; empty < 5; {
-		batch, err := oc.Fetch(1000, jetstream.FetchMaxWait(500*time.Millisecond))
+		batch, err := oc.Fetch(int(min(want, 1000)), jetstream.FetchMaxWait(500*time.Millisecond))
 		if err != nil {
 			return err
 		}
@@ -280,7 +282,9 @@ func readEach(ctx context.Context, st jetstream.Stream, subject string, from uin
 		switch {
 		case n > 0 && pending == 0:
 			return nil
-		case n == 0:
+		case n > 0:
+			want = pending
+		default:
 			empty++
 		}
 	}
