@@ -119,10 +119,10 @@ func (g *Gate) sendKeyBatches(sku string, q *keyQueue) {
 // sale, a second one for the buyers of a split sale whose home bucket is not
 // bucket 0 (one HMGET per home bucket).
 func (g *Gate) lookUpKeys(ctx context.Context, sku string, batch []*keyLookup) {
-	k0 := g.KeysOf(sku).Idem
+	k0 := g.KeysOf(sku)
 	cmds := make(rueidis.Commands, 0, 1+(len(batch)+keyBatchMax-1)/keyBatchMax)
-	cmds = append(cmds, g.c.B().Hget().Key(g.KeysOf(sku).Meta).Field("buckets").Build())
-	cmds = appendHmgets(g.c, cmds, k0, batch)
+	cmds = append(cmds, g.c.B().Hget().Key(k0.Meta).Field("buckets").Build())
+	cmds = appendHmgets(g.c, cmds, k0.Idem, batch)
 	rs := g.c.DoMulti(ctx, cmds...)
 	k := 1
 	switch v, err := rs[0].AsInt64(); {
@@ -132,23 +132,19 @@ func (g *Gate) lookUpKeys(ctx context.Context, sku string, batch []*keyLookup) {
 		answerAll(batch, keyAnswer{err: fmt.Errorf("stockgate: buckets: %w", err)})
 		return
 	}
-	if k <= 1 {
-		answerFrom(batch, rs[1:])
-		return
-	}
-	var here []*keyLookup
 	away := map[string][]*keyLookup{}
-	for _, l := range batch {
-		if home := HomeName(sku, l.user, k); home != sku {
-			away[home] = append(away[home], l)
-		} else {
-			here = append(here, l)
+	for i, a := range answersOf(batch, rs[1:]) {
+		l := batch[i]
+		if k > 1 {
+			if home := HomeName(sku, l.user, k); home != sku {
+				away[home] = append(away[home], l)
+				continue
+			}
 		}
+		l.done <- a
 	}
-	if len(here) > 0 {
-		// Bucket 0's reply was read for the whole batch: re-ask its buyers
-		// alone with the others (simpler than mapping indexes back).
-		away[sku] = here
+	if len(away) == 0 {
+		return
 	}
 	homes := make([]string, 0, len(away))
 	cmds = cmds[:0]
@@ -160,7 +156,9 @@ func (g *Gate) lookUpKeys(ctx context.Context, sku string, batch []*keyLookup) {
 	for _, home := range homes {
 		ls := away[home]
 		n := (len(ls) + keyBatchMax - 1) / keyBatchMax
-		answerFrom(ls, rs[:n])
+		for j, a := range answersOf(ls, rs[:n]) {
+			ls[j].done <- a
+		}
 		rs = rs[n:]
 	}
 }
@@ -179,19 +177,22 @@ func appendHmgets(c rueidis.Client, cmds rueidis.Commands, key string, ls []*key
 	return cmds
 }
 
-// answerFrom answers ls from the replies of appendHmgets' commands.
-func answerFrom(ls []*keyLookup, rs []rueidis.RedisResult) {
+// answersOf reads the replies of appendHmgets' commands: one answer per
+// look-up of ls, in order.
+func answersOf(ls []*keyLookup, rs []rueidis.RedisResult) []keyAnswer {
+	as := make([]keyAnswer, len(ls))
 	for i := 0; i < len(ls); i += keyBatchMax {
-		part := ls[i:min(i+keyBatchMax, len(ls))]
+		part := as[i:min(i+keyBatchMax, len(ls))]
 		vals, err := rs[i/keyBatchMax].ToArray()
-		if err != nil {
-			answerAll(part, keyAnswer{err: fmt.Errorf("stockgate: idempotency lookup: %w", err)})
-			continue
-		}
-		for j, l := range part {
-			l.done <- answerOf(&vals[j])
+		for j := range part {
+			if err != nil {
+				part[j] = keyAnswer{err: fmt.Errorf("stockgate: idempotency lookup: %w", err)}
+			} else {
+				part[j] = answerOf(&vals[j])
+			}
 		}
 	}
+	return as
 }
 
 func answerOf(r interface{ ToString() (string, error) }) keyAnswer {
