@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flashsale/flashsale/internal/testenv"
 )
 
 // Binaries are the programs a scenario runs, built once per test binary.
@@ -36,7 +38,8 @@ var (
 	buildErr  error
 )
 
-// Build builds flashsale and nats-server into a temporary directory, once.
+// Build builds flashsale into a temporary directory, once, and nats-server
+// (testenv.NATSServerBinary).
 func Build(t testing.TB) Binaries {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -45,21 +48,17 @@ func Build(t testing.TB) Binaries {
 			buildErr = err
 			return
 		}
-		bins = Binaries{Flashsale: filepath.Join(dir, "flashsale"), NATS: filepath.Join(dir, "nats-server")}
-		for out, pkg := range map[string]string{
-			bins.Flashsale: "github.com/flashsale/flashsale/cmd/flashsale",
-			bins.NATS:      "github.com/nats-io/nats-server/v2",
-		} {
-			if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-				return
-			}
+		bins.Flashsale = filepath.Join(dir, "flashsale")
+		if b, err := exec.Command("go", "build", "-o", bins.Flashsale, "github.com/flashsale/flashsale/cmd/flashsale").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build flashsale: %v\n%s", err, b)
 		}
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	return bins
+	b := bins
+	b.NATS = testenv.NATSServerBinary(t)
+	return b
 }
 
 // Proc is a child process a scenario can kill, freeze and restart. Its

@@ -19,17 +19,10 @@ var (
 	natsBinErr  error
 )
 
-// NATSProcess starts nats-server (v2, the version go.mod pins, built from
-// the module cache once per test binary) with JetStream as a process of its
-// own on a free loopback port, storing under a t.TempDir, waits until it
-// accepts clients and returns its client URL. It is killed on Cleanup.
-//
-// For tests that drive the broker's API concurrently: the race detector
-// watches every goroutine of the test binary, an in-process server's
-// included, and nats-server's JetStream API has races of its own (a stream
-// update concurrent with a consumer create on that stream) that are the
-// broker's, not the code under test's.
-func NATSProcess(t testing.TB) (url string) {
+// NATSServerBinary returns the path of a nats-server binary of the version
+// go.mod pins, built from the module cache into a temporary directory once
+// per test binary.
+func NATSServerBinary(t testing.TB) string {
 	t.Helper()
 	natsBinOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "testenv-nats-server-")
@@ -45,13 +38,28 @@ func NATSProcess(t testing.TB) (url string) {
 	if natsBinErr != nil {
 		t.Fatalf("testenv: %v", natsBinErr)
 	}
+	return natsBin
+}
+
+// NATSProcess starts nats-server (NATSServerBinary) with JetStream as a process of its
+// own on a free loopback port, storing under a t.TempDir, waits until it
+// accepts clients and returns its client URL. It is killed on Cleanup.
+//
+// For tests that drive the broker's API concurrently: the race detector
+// watches every goroutine of the test binary, an in-process server's
+// included, and nats-server's JetStream API has races of its own (a stream
+// update concurrent with a consumer create on that stream) that are the
+// broker's, not the code under test's.
+func NATSProcess(t testing.TB) (url string) {
+	t.Helper()
+	bin := NATSServerBinary(t)
 	port, err := freePort()
 	if err != nil {
 		t.Fatalf("testenv: finding a free port for nats-server: %v", err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	logf := filepath.Join(t.TempDir(), "nats-server.log")
-	cmd := exec.Command(natsBin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", t.TempDir(), "-l", logf)
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", t.TempDir(), "-l", logf)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("testenv: starting nats-server: %v", err)
 	}
