@@ -65,14 +65,15 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	return c
 }
 
-// WaitReady waits until every running node is routed to the others and a
-// JetStream meta leader is elected. It fails the test after 30 s.
+// WaitReady waits until every running node is routed to the others, a
+// JetStream meta leader is elected and it can place a replica on every
+// running node. It fails the test after 30 s.
 func (c *NATSCluster) WaitReady() {
 	t := c.Servers[0].t
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		up, leader, routed := 0, false, true
+		up, leader, routed, placeable := 0, false, true, 0
 		for _, s := range c.Servers {
 			s.mu.Lock()
 			srv := s.srv
@@ -83,12 +84,17 @@ func (c *NATSCluster) WaitReady() {
 			up++
 			if srv.JetStreamIsLeader() {
 				leader = true
+				// The peers the leader has heard statistics from: only
+				// those can take a replica. A stream created before every
+				// running node is among them fails with "no suitable peers
+				// for placement, peer offline".
+				placeable = len(srv.JetStreamClusterPeers())
 			}
 			if srv.NumRoutes() == 0 && len(c.Servers) > 1 {
 				routed = false
 			}
 		}
-		ready := leader && routed
+		ready := leader && routed && placeable >= up
 		if ready {
 			for _, s := range c.Servers {
 				s.mu.Lock()
@@ -103,7 +109,7 @@ func (c *NATSCluster) WaitReady() {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("testenv: nats cluster not ready within 30s (%d up, leader %v, routed %v)", up, leader, routed)
+			t.Fatalf("testenv: nats cluster not ready within 30s (%d up, leader %v, routed %v, %d placeable)", up, leader, routed, placeable)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
