@@ -103,6 +103,9 @@ func (q *Queue) DeadLetters(ctx context.Context, after uint64, limit int) ([]Dea
 		return nil, err
 	}
 	var out []DeadLetter
+	if after >= info.State.LastSeq {
+		return out, nil // also keeps after+1 from wrapping at the top of uint64
+	}
 	for seq := max(after+1, info.State.FirstSeq); seq <= info.State.LastSeq && len(out) < limit; seq++ {
 		rm, err := q.dlq.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -3,6 +3,7 @@ package orderqueue_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -166,6 +167,7 @@ func TestDeadLettersPaging(t *testing.T) {
 		{5, 10, []uint64{}},
 		{0, 0, []uint64{}},
 		{3, 1, []uint64{4}},
+		{math.MaxUint64, 10, []uint64{}}, // after+1 must not wrap to the start
 	}
 	for _, p := range pages {
 		if diff := cmp.Diff(p.want, list(p.after, p.limit)); diff != "" {
