@@ -331,3 +331,31 @@ func TestSeedChunksStayUnloaded(t *testing.T) {
 		t.Fatalf("buyers %d %v, want the 450 seeded and the one who bought once loaded", h, err)
 	}
 }
+
+// TestSplitGaugesSum: a split sale's gauges are the sum of its buckets'
+// entries (read in two round trips whatever the number of buckets), after
+// buyers spread over every home bucket, some of them emptied.
+func TestSplitGaugesSum(t *testing.T) {
+	g, _ := newGate(t)
+	ctx := context.Background()
+	for _, k := range []int{2, 5, 16} {
+		sku := fmt.Sprintf("gsplit%d", k)
+		seedSplit(t, g, sku, k, int64(4*k), 3)
+		checkGauges(t, g, sku, "seed")
+		for i := range 6 * k {
+			r := res(sku, fmt.Sprint("u", i), 1)
+			if _, err := g.ReserveIn(ctx, r, stockgate.Limits{}, k); err != nil &&
+				!errors.Is(err, sale.ErrSoldOut) && !errors.Is(err, sale.ErrLimitReached) {
+				t.Fatal(err)
+			}
+		}
+		checkGauges(t, g, sku, fmt.Sprintf("%d buyers in %d buckets", 6*k, k))
+		gs, err := g.ReadGauges(ctx, sku)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !gs.Loaded || gs.Units != int64(4*k) || gs.Available != 0 {
+			t.Fatalf("k=%d: gauges %+v, want loaded, %d units in flight, none available", k, gs, 4*k)
+		}
+	}
+}

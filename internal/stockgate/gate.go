@@ -543,17 +543,24 @@ type Gauges struct {
 
 // ReadGauges returns sku's gauges in one round trip that reads no entry:
 // the length of res and the meta hash's running count of their units (kept
-// by the scripts that add or remove entries). A SKU loaded by an older
-// version has no count until its next seed or resync: then the entries
-// are read (ReadInFlight).
+// by the scripts that add or remove entries). A split sale's are the sum
+// over its buckets, read in one more round trip (pipelined, whatever the
+// number of buckets). A SKU loaded by an older version has no count until
+// its next seed or resync: then the entries are read (ReadInFlight).
 func (g *Gate) ReadGauges(ctx context.Context, sku string) (Gauges, error) {
-	gs, k, err := g.gaugesOf(ctx, sku)
+	gs, k, err := g.gaugesFrom(ctx, sku, g.c.DoMulti(ctx, g.gaugeCmds(sku)...))
 	if err != nil || k <= 1 {
 		return gs, err
 	}
 	// A split sale: the sum over its buckets (bucket 0 is sku itself).
-	for _, name := range BucketNames(sku, k)[1:] {
-		b, _, err := g.gaugesOf(ctx, name)
+	names := BucketNames(sku, k)[1:]
+	cmds := make(rueidis.Commands, 0, 3*len(names))
+	for _, name := range names {
+		cmds = append(cmds, g.gaugeCmds(name)...)
+	}
+	rs := g.c.DoMulti(ctx, cmds...)
+	for i, name := range names {
+		b, _, err := g.gaugesFrom(ctx, name, rs[3*i:3*i+3])
 		if err != nil {
 			return Gauges{}, err
 		}
@@ -566,12 +573,18 @@ func (g *Gate) ReadGauges(ctx context.Context, sku string) (Gauges, error) {
 	return gs, nil
 }
 
-// gaugesOf is ReadGauges of one bucket (or of a sale not split), with the
-// number of buckets its meta hash records.
-func (g *Gate) gaugesOf(ctx context.Context, name string) (Gauges, int, error) {
+// gaugeCmds are the three reads of one bucket's (or an unsplit sale's)
+// gauges, in the order gaugesFrom takes their answers.
+func (g *Gate) gaugeCmds(name string) rueidis.Commands {
 	k := g.KeysOf(name)
-	rs := g.c.DoMulti(ctx, g.c.B().Hlen().Key(k.Res).Build(),
-		g.c.B().Hmget().Key(k.Meta).Field("inflight", "avail", "debt", "epoch", "buckets").Build(), g.c.B().Zcard().Key(k.Outbox).Build())
+	return rueidis.Commands{g.c.B().Hlen().Key(k.Res).Build(),
+		g.c.B().Hmget().Key(k.Meta).Field("inflight", "avail", "debt", "epoch", "buckets").Build(), g.c.B().Zcard().Key(k.Outbox).Build()}
+}
+
+// gaugesFrom is ReadGauges of one bucket (or of a sale not split) from the
+// answers to gaugeCmds(name), with the number of buckets its meta hash
+// records.
+func (g *Gate) gaugesFrom(ctx context.Context, name string, rs []rueidis.RedisResult) (Gauges, int, error) {
 	n, err := rs[0].AsInt64()
 	if err != nil {
 		return Gauges{}, 0, fmt.Errorf("stockgate: gauges: %w", err)
