@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,7 +31,6 @@ import (
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/relay"
 	"github.com/flashsale/flashsale/internal/release"
-	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
 	"github.com/flashsale/flashsale/internal/tracing"
 )
@@ -153,7 +151,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		return nil, fmt.Errorf("database migrations: %w", err)
 	}
 	// Before anything reads or writes under the prefix: it must be ours.
-	if err = a.claimPrefix(octx); err != nil {
+	if err = reconcile.ClaimPrefix(octx, a.store, a.gate); err != nil {
 		return nil, err
 	}
 
@@ -187,7 +185,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.catalog = cat
 	ann := notice.NewAnnouncer(a.nc, log)
 	deps := purchase.Deps{
-		Catalog: cat, Gate: timeoutGate{a.gate, cfg.RedisTimeout, a.metrics}, Relay: a.relay, Orders: a.store,
+		Catalog: cat, Gate: purchase.BoundedGate{PingGate: a.gate, Timeout: cfg.RedisTimeout, Observe: a.metrics.Gate}, Relay: a.relay, Orders: a.store,
 		Loader: a.sync, RebuildAll: a.rebuildAll, Log: log, Observer: a.metrics, Breaker: a.metrics,
 		StreamAck: cfg.StreamAck,
 		Limits:    cfg.Protect.Limits(), Announcer: ann, Tracer: a.tracer,
@@ -277,15 +275,15 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() {
 		cat.Run(wctx, cfg.CatalogRefresh, func(err error) { log.Warn("catalog refresh", "err", err) })
 	})
-	a.goRun(func() { a.expireLoop(wctx) })
-	a.goRun(func() { a.transferLoop(wctx) })
+	a.goRun(func() { stockgate.NewJanitor(a.gate, cfg.KeyRetention, log).Run(wctx, time.Minute) })
+	a.goRun(func() { stockgate.NewTransferSweeper(a.gate, cat, log).Run(wctx, time.Second) })
 	a.goRun(func() { live.Recorder().Run(wctx) })
 	a.goRun(func() { monitor.Run(wctx, cfg.MonitorEvery) })
 	a.goRun(func() { a.lifecycle.RunRestorer(wctx, 500*time.Millisecond) })
 	// Stock changes made outside flashsale are owed to Redis by the database
 	// trigger (redis_restores); on PostgreSQL a NOTIFY wakes the restorer at
 	// once, elsewhere (MySQL) its 500 ms poll finds them.
-	a.goRun(func() { listenRestores(wctx, a.store, a.lifecycle.Kick, a.log) })
+	a.goRun(func() { release.ListenRestores(wctx, a.store, a.lifecycle.Kick, a.log) })
 	a.goRun(func() { a.lifecycle.RunSweeper(wctx, cfg.SweepEvery) })
 	a.goRun(func() { a.reconciler.Run(wctx, cfg.ReconcileEvery, a.gate, instanceID(), a.activeSKUs) })
 	a.goRun(func() { events.New(a.store, a.queue, log).Run(wctx, 250*time.Millisecond) })
@@ -355,33 +353,11 @@ func (a *app) isActive(sku string) bool {
 	return ok && (s.EndsAt.IsZero() || time.Now().Before(s.EndsAt))
 }
 
-// claimPrefix makes sure the Redis prefix belongs to this database: it
-// records this database's deployment id under <prefix>:owner if no one
-// has (a new Redis, or one that lost its keys), and refuses a prefix
-// another database owns: two deployments on one prefix would publish each
-// other's reservations to their own streams and databases.
-func (a *app) claimPrefix(ctx context.Context) error {
-	id, err := a.store.DeploymentID(ctx)
-	if err != nil {
-		return err
-	}
-	mine := id + " " + a.store.Describe()
-	owner, err := a.gate.ClaimPrefix(ctx, mine)
-	if err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	if ownerID, _, _ := strings.Cut(owner, " "); ownerID != id {
-		return fmt.Errorf("redis prefix %q belongs to another deployment: owner %q, this database is %q; "+
-			"give each deployment its own FLASHSALE_REDIS_PREFIX (or Redis)", a.cfg.RedisPrefix, owner, mine)
-	}
-	return nil
-}
-
 // rebuildAll rebuilds every active sale in Redis from the database.
 func (a *app) rebuildAll(ctx context.Context) error {
 	// A Redis that lost its keys lost its owner key too: claim the prefix
 	// again before loading anything, or refuse to load another's.
-	if err := a.claimPrefix(ctx); err != nil {
+	if err := reconcile.ClaimPrefix(ctx, a.store, a.gate); err != nil {
 		return err
 	}
 	if err := a.catalog.Refresh(ctx); err != nil {
@@ -391,81 +367,17 @@ func (a *app) rebuildAll(ctx context.Context) error {
 	return err
 }
 
-// timeoutGate bounds each gate call: a hung Redis must not hold requests.
-type timeoutGate struct {
-	*stockgate.Gate
-	d time.Duration
-	m *metrics.Metrics
-}
-
-func (g timeoutGate) Reserve(ctx context.Context, r sale.Reservation) (stockgate.ReserveResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.d)
-	defer cancel()
-	start := time.Now()
-	res, err := g.Gate.Reserve(ctx, r)
-	g.m.Gate(time.Since(start))
-	return res, err
-}
-
-// transferLoop finishes, every second, the transfers between stock buckets
-// whose caller did not (stockgate.SweepTransfers): units in transfer sell
-// again within about that. Only split sales have transfers or debts
-// between buckets: the catalog names them, so a catalog of sales in one
-// bucket costs no Redis call here.
-func (a *app) transferLoop(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			for _, s := range a.catalog.All() {
-				k := s.BucketCount()
-				if k <= 1 {
-					continue
-				}
-				for _, n := range stockgate.BucketNames(s.ID, k) {
-					if _, err := a.gate.SweepTransfers(ctx, n, now.Add(-2*time.Second)); err != nil {
-						a.log.Warn("stock bucket transfers", "bucket", n, "err", err)
-					}
-				}
-				if _, err := a.gate.SettleDebt(ctx, s.ID); err != nil {
-					a.log.Warn("stock bucket debts", "sku_id", s.ID, "err", err)
-				}
-			}
-		}
-	}
-}
-
-// expireLoop drops Redis keys of sales that ended more than KeyRetention ago.
-func (a *app) expireLoop(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			skus, err := a.gate.SKUs(ctx)
-			if err != nil {
-				continue
-			}
-			for _, sku := range skus {
-				if dropped, err := a.gate.Expire(ctx, sku, now, a.cfg.KeyRetention); err != nil {
-					a.log.Warn("expire sale keys", "sku_id", sku, "err", err)
-				} else if dropped {
-					a.log.Info("ended sale's redis keys dropped", "sku_id", sku)
-				}
-			}
-		}
-	}
-}
-
 // serve answers HTTP on ln until ctx is done, then shuts down in order.
 func (a *app) serve(ctx context.Context, ln net.Listener) error {
+	// On SIGTERM the instance first fails /readyz (503 "draining") and keeps
+	// serving for DrainDelay, so the load balancer's health checks take it
+	// out while its requests still succeed; each response meanwhile says
+	// Connection: close, so keep-alive clients reconnect (to another
+	// instance). Only then does Shutdown close the listener and wait for
+	// the requests in flight.
+	drain := httpapi.NewDrain(a.handler)
 	srv := &http.Server{
-		Handler:           a.handler,
+		Handler:           drain,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
@@ -473,14 +385,6 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
-	// On SIGTERM the instance first fails /readyz (503 "draining") and keeps
-	// serving for DrainDelay, so the load balancer's health checks take it
-	// out while its requests still succeed; each response meanwhile says
-	// Connection: close, so keep-alive clients reconnect (to another
-	// instance). Only then does Shutdown close the listener and wait for
-	// the requests in flight.
-	var draining atomic.Bool
-	srv.Handler = drainHandler(a.handler, &draining)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	var prof *http.Server
@@ -498,7 +402,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 	var err error
 	select {
 	case <-ctx.Done():
-		draining.Store(true)
+		drain.Begin()
 		a.log.Info("draining: /readyz answers 503 until shutdown", "drain_delay", a.cfg.DrainDelay)
 		select {
 		case <-time.After(a.cfg.DrainDelay):
@@ -517,29 +421,6 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 		err = nil
 	}
 	return err
-}
-
-// drainHandler serves next until draining is set; from then on GET /readyz
-// answers 503 {"status":"draining","ready":false,"checks":{}} (the balancer takes the
-// instance out) and every other response carries Connection: close, so a
-// keep-alive client's next request opens a new connection (to another
-// instance); the request itself is still served.
-func drainHandler(next http.Handler, draining *atomic.Bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !draining.Load() {
-			next.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Connection", "close")
-		if r.URL.Path == "/readyz" {
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Cache-Control", "no-store")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, `{"status":"draining","ready":false,"checks":{}}`+"\n")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // close stops the workers, then the connections, in dependency order.
@@ -597,22 +478,4 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	fmt.Fprintln(stdout, "migrations applied")
 	return nil
-}
-
-// listenRestores kicks the restorer on every change notification until ctx
-// ends, reconnecting after a failure; on a database without notifications it
-// returns at once (the restorer polls).
-func listenRestores(ctx context.Context, store *orderstore.Store, kick func(), log *slog.Logger) {
-	for ctx.Err() == nil {
-		err := store.ListenRestores(ctx, kick)
-		if errors.Is(err, orderstore.ErrNoNotify) || ctx.Err() != nil {
-			return
-		}
-		log.Warn("listening for stock changes made outside flashsale; polling meanwhile", "err", err)
-		kick() // whatever was notified while the listener was down
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
 }
