@@ -178,21 +178,42 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 }
 
 // myKeyOwners reads which orders hold keys: the order id per key.
+//
+// It asks per SKU for the keyed orders of the users, sku_id = ? AND user_id
+// IN (...), and keeps the rows whose key was asked for: InnoDB reads one
+// range of orders_idempotency_idx per user, index only. The obvious shape, an
+// OR of (sku_id = ? AND user_id = ? AND idempotency_key = ?) terms, costs
+// MariaDB's range optimizer about a third of a second for 1,000 keys (more
+// than the rest of the batch eight times over); user_id IN (...) AND
+// idempotency_key IN (...) would make it |users| x |keys| ranges.
 func myKeyOwners(ctx context.Context, tx *sql.Tx, keys []idemKey) (map[idemKey]string, error) {
 	owners := make(map[idemKey]string)
 	if len(keys) == 0 {
 		return owners, nil
 	}
+	wanted := make(map[idemKey]bool, len(keys))
+	asked := make(map[holder]bool, len(keys))
+	usersOf := make(map[string][]string)
+	for _, k := range keys {
+		wanted[k] = true
+		if h := (holder{k.SKU, k.User}); !asked[h] {
+			asked[h] = true
+			usersOf[k.SKU] = append(usersOf[k.SKU], k.User)
+		}
+	}
 	var q strings.Builder
-	args := make([]any, 0, 3*len(keys))
-	q.WriteString(`SELECT sku_id, user_id, idempotency_key, order_id FROM orders WHERE `)
-	for i, k := range keys {
+	args := make([]any, 0, len(usersOf)+len(keys))
+	q.WriteString(`SELECT sku_id, user_id, idempotency_key, order_id FROM orders WHERE idempotency_key IS NOT NULL AND (`)
+	for i, sku := range slices.Sorted(maps.Keys(usersOf)) {
 		if i > 0 {
 			q.WriteString(" OR ")
 		}
-		q.WriteString("(sku_id = ? AND user_id = ? AND idempotency_key = ?)")
-		args = append(args, k.SKU, k.User, k.Key)
+		users := usersOf[sku]
+		q.WriteString("(sku_id = ? AND user_id IN (" + placeholders(len(users)) + "))")
+		args = append(args, sku)
+		args = append(args, anys(users)...)
 	}
+	q.WriteString(")")
 	rows, err := tx.QueryContext(ctx, q.String(), args...)
 	if err != nil {
 		return nil, err
@@ -206,7 +227,9 @@ func myKeyOwners(ctx context.Context, tx *sql.Tx, keys []idemKey) (map[idemKey]s
 		if err := rows.Scan(&k.SKU, &k.User, &k.Key, &id); err != nil {
 			return nil, err
 		}
-		owners[k] = id
+		if wanted[k] {
+			owners[k] = id
+		}
 	}
 	return owners, rows.Err()
 }
