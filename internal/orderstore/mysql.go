@@ -27,6 +27,8 @@ type myStore struct {
 	db      *sql.DB // flashsale's pool: its sessions set @flashsale_audited
 	outside *sql.DB // an ordinary client, for DB (tests, invariant checks)
 	cfg     *mysql.Config
+
+	beforeLock func() // tests: runs in ApplyBatch right before its late row lock
 }
 
 // MySQL error numbers this package reacts to.

@@ -33,12 +33,19 @@ func (s *myStore) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]Outc
 		got []Outcome
 		err error
 	)
+	lockFirst := false
 	for attempt := 1; ; attempt++ {
 		err = s.inTx(ctx, func(tx *sql.Tx) error {
 			var err error
-			got, err = s.applyUnique(ctx, tx, uniq)
+			got, err = s.applyUnique(ctx, tx, uniq, lockFirst)
 			return err
 		})
+		if errors.Is(err, errMovedBeforeLock) && !lockFirst {
+			// What the batch was decided from changed before the lock was
+			// granted (rolled back): decide again under the lock.
+			lockFirst, attempt = true, attempt-1
+			continue
+		}
 		if !myKeyConflict(err) || attempt == keyConflictAttempts {
 			break
 		}
@@ -56,13 +63,63 @@ func (s *myStore) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]Outc
 	return out, nil
 }
 
+// errMovedBeforeLock is applyUnique's answer, when it did not lock first,
+// that the stock, limit or holdings it decided from changed before it held
+// the inventory row locks: the transaction rolls back and runs again with
+// lockFirst.
+var errMovedBeforeLock = errors.New("inventory or holdings changed before the row lock")
+
 // applyUnique is the body of ApplyBatch's transaction for reservations with
 // distinct order ids; it keeps no state across calls, so inTx may run it
-// again after a deadlock. A batch of new reservations costs seven statements
-// besides BEGIN and COMMIT, whatever its size: claim, lock, read cancels and
-// holdings, take, insert orders, transitions, audit (a batch with
-// duplicates one more, to read their orders).
-func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reservation) ([]Outcome, error) {
+// again after a deadlock. A batch of new reservations costs nine statements
+// besides BEGIN and COMMIT, whatever its size: claim, read stock, read
+// cancels and holdings, read key owners, insert orders, transitions, audit,
+// then lock, read holdings again, take (a batch with duplicates one more, to
+// read their orders; lockFirst: lock, read cancels and holdings, read key
+// owners, take, insert orders, transitions, audit).
+//
+// Lock late. A hot SKU's batches queue for its inventory row lock, held
+// until commit, so what runs under it bounds the SKU's rate; the inserts
+// are most of a batch's time. Without lockFirst the batch decides from a
+// plain read of the inventory rows, the holdings and the key owners, writes
+// every row, and only then locks the inventory rows and reads the holdings
+// again (its own new rows included, which it adds to what it read before).
+// It takes the stock only if the decision stands under the lock; otherwise
+// it returns errMovedBeforeLock, and ApplyBatch rolls it back and runs it
+// with lockFirst, the order of the rules as they are stated on pgStore:
+//
+//   - The decisions are a function of the SKUs that exist, their limits and
+//     stock, the fresh pairs' live holdings, the key owners and the
+//     cancellations (allocate, decideKeys). Every writer of a live order
+//     (this one, BuyDirect, the bench strategies) and every release holds
+//     the inventory row lock until it commits, and reads the holdings after
+//     the lock was granted; so once this transaction holds it, a new
+//     statement sees every live unit there is, and none can change until
+//     commit. The same SKUs with the same limits and the same holdings give
+//     the same limit decisions; the same stock, or (no reservation refused
+//     for stock) a stock still covering what is taken, gives the same stock
+//     decisions: allocate walks the batch in order, and with at least take
+//     units every unit it took is still there. So the commit is exactly
+//     what lockFirst would have committed at the moment of the lock, the
+//     serialization point either way. A batch that reads holdings under the
+//     lock before this one committed did not see this one's rows, and this
+//     one, checking after, saw its.
+//   - Key owners only grow (no order gives its key up), and a new order row
+//     carries its key unless refused for it: a key another transaction
+//     committed after the read makes the row's insert fail on
+//     orders_idempotency_idx, and one it holds uncommitted makes the insert
+//     wait for it, then fail (a key conflict: ApplyBatch runs the batch
+//     again) or pass (it rolled back). No one can commit a key this batch
+//     inserted until it ends. So the owners read before the lock are those
+//     under it, for the keys of the batch.
+//   - Cancellations do not depend on the lock: RequestCancel waits for the
+//     process_log key the claim holds (see waitForApply).
+//   - Locks: process_log rows first (the claim, sorted), then the new rows,
+//     then inventory rows in sku_id order. The only other wait, an insert on
+//     a key another uncommitted order holds, can deadlock with a batch that
+//     holds the inventory lock and waits on a key of this one; InnoDB
+//     picks a victim and inTx runs it again.
+func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reservation, lockFirst bool) ([]Outcome, error) {
 	isNew, prior, err := myClaim(ctx, tx, uniq)
 	if err != nil {
 		return nil, err
@@ -89,9 +146,10 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 		return out, nil
 	}
 
-	locked, err := myLockStock(ctx, tx, slices.Sorted(maps.Keys(skuSet)))
+	skus := slices.Sorted(maps.Keys(skuSet))
+	seen, err := myReadStock(ctx, tx, skus, lockFirst)
 	if err != nil {
-		return nil, fmt.Errorf("lock inventory: %w", err)
+		return nil, fmt.Errorf("read inventory: %w", err)
 	}
 	freshIDs := make([]string, len(fresh))
 	for i, r := range fresh {
@@ -112,21 +170,20 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 			cancelledIDs = append(cancelledIDs, r.OrderID)
 		}
 	}
-	// After the row locks: every writer of a live order with a key holds its
-	// SKU's lock, so this read (a new snapshot at READ COMMITTED) sees every
-	// order the keys made.
 	owners, err := myKeyOwners(ctx, tx, keyedOf(uniq))
 	if err != nil {
 		return nil, fmt.Errorf("read idempotency keys: %w", err)
 	}
 	withKeyOwners(prior, uniq, owners)
 	decided, toAllocate := decideKeys(fresh, owners, cancelled)
-	allocated, take := allocate(toAllocate, locked, held)
+	allocated, take := allocate(toAllocate, seen, held)
 	mergeDecided(decided, allocated)
 
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if err := myTakeStock(ctx, tx, take); err != nil {
-		return nil, err
+	if lockFirst {
+		if err := myTakeStock(ctx, tx, take); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.myInsertOrders(ctx, tx, fresh, decided, now); err != nil {
 		return nil, fmt.Errorf("insert orders: %w", err)
@@ -163,6 +220,17 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 			return nil, fmt.Errorf("delete cancel requests: %w", err)
 		}
 	}
+	if !lockFirst {
+		if s.beforeLock != nil {
+			s.beforeLock()
+		}
+		if err := myLockUnmoved(ctx, tx, skus, seen, fresh, decided, held, take); err != nil {
+			return nil, err
+		}
+		if err := myTakeStock(ctx, tx, take); err != nil {
+			return nil, err
+		}
+	}
 
 	out := make([]Outcome, len(uniq))
 	nextFresh := 0
@@ -175,6 +243,53 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 		out[i] = prior[r.OrderID]
 	}
 	return out, nil
+}
+
+// myLockUnmoved locks the inventory rows of skus (applyUnique without
+// lockFirst, after its writes) and returns errMovedBeforeLock unless the
+// batch's decisions stand under the lock (see applyUnique): the same SKUs
+// with the same per-user limits as seen, the stock of each unchanged or, if
+// none of its reservations was refused for stock, still at least take, and
+// every fresh pair's live units those of held plus what the batch's new
+// orders (fresh, decided) hold.
+func myLockUnmoved(ctx context.Context, tx *sql.Tx, skus []string, seen map[string]lockedSKU, fresh []sale.Reservation,
+	decided []Outcome, held map[holder]int64, take map[string]int64) error {
+	locked, err := myReadStock(ctx, tx, skus, true)
+	if err != nil {
+		return fmt.Errorf("lock inventory: %w", err)
+	}
+	short := make(map[string]bool)
+	want := maps.Clone(held)
+	pairs := make(map[holder]bool, len(fresh))
+	for i, r := range fresh {
+		h := holder{r.SKU, r.User}
+		pairs[h] = true
+		switch {
+		case decided[i].Status == sale.StatusPendingPayment:
+			want[h] += r.Quantity
+		case decided[i].Reason == ReasonInsufficientStock:
+			short[r.SKU] = true
+		}
+	}
+	if len(locked) != len(seen) {
+		return errMovedBeforeLock
+	}
+	for sku, was := range seen {
+		is, ok := locked[sku]
+		if !ok || is.PerUserLimit != was.PerUserLimit || is.Stock != was.Stock && (short[sku] || is.Stock < take[sku]) {
+			return errMovedBeforeLock
+		}
+	}
+	_, got, err := myCancelsAndHoldings(ctx, tx, nil, pairs)
+	if err != nil {
+		return fmt.Errorf("read holdings under the lock: %w", err)
+	}
+	for h := range pairs {
+		if got[h] != want[h] {
+			return errMovedBeforeLock
+		}
+	}
+	return nil
 }
 
 // myKeyOwners reads which orders hold keys: the order id per key.
@@ -312,13 +427,16 @@ func myClaim(ctx context.Context, tx *sql.Tx, rs []sale.Reservation) (isNew map[
 	return isNew, prior, nil
 }
 
-// myLockStock locks the inventory rows of skus (sorted) and reads them; an
-// absent SKU is absent from the map. Rows are locked in sku_id order, always
-// after the process_log rows, like every writer of inventory, so lockers
-// queue instead of deadlocking.
-func myLockStock(ctx context.Context, tx *sql.Tx, skus []string) (map[string]lockedSKU, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT sku_id, stock, per_user_limit FROM inventory WHERE sku_id IN (`+
-		placeholders(len(skus))+`) ORDER BY sku_id FOR UPDATE`, anys(skus)...)
+// myReadStock reads the inventory rows of skus (sorted), locking them if
+// lock; an absent SKU is absent from the map. Rows are locked in sku_id
+// order, always after the process_log rows, like every writer of inventory,
+// so lockers queue instead of deadlocking.
+func myReadStock(ctx context.Context, tx *sql.Tx, skus []string, lock bool) (map[string]lockedSKU, error) {
+	q := `SELECT sku_id, stock, per_user_limit FROM inventory WHERE sku_id IN (` + placeholders(len(skus)) + `) ORDER BY sku_id`
+	if lock {
+		q += ` FOR UPDATE`
+	}
+	rows, err := tx.QueryContext(ctx, q, anys(skus)...)
 	if err != nil {
 		return nil, err
 	}
@@ -339,10 +457,11 @@ func myLockStock(ctx context.Context, tx *sql.Tx, skus []string) (map[string]loc
 
 // myCancelsAndHoldings reads, in one statement, the cancellations requested
 // for the order ids while they were queued (order id -> requesting user, see
-// RequestCancel) and the live units (pending_payment and paid) each (sku,
-// user) pair holds. It must run after myLockStock: every writer of a new live
-// order holds the inventory row lock, so at READ COMMITTED this statement
-// (started once the lock is granted) sees every live unit there is.
+// RequestCancel; none asked when ids is empty) and the live units
+// (pending_payment and paid) each (sku, user) pair holds. Every writer of a
+// new live order holds the inventory row lock until it commits, so at READ
+// COMMITTED a read started once the lock is granted sees every live unit
+// there is (see applyUnique for a read before it).
 //
 // The pairs are written per SKU, sku_id = ? AND user_id IN (...), which
 // InnoDB looks up in orders_sku_user_idx one range per pair (faster on
@@ -355,9 +474,12 @@ func myCancelsAndHoldings(ctx context.Context, tx *sql.Tx, ids []string, pairs m
 	}
 	var q strings.Builder
 	args := make([]any, 0, len(ids)+len(usersOf)+len(pairs))
-	q.WriteString(`SELECT 'c', order_id, user_id, 0 FROM cancel_requests WHERE order_id IN (` + placeholders(len(ids)) + `)
+	if len(ids) > 0 {
+		q.WriteString(`SELECT 'c', order_id, user_id, 0 FROM cancel_requests WHERE order_id IN (` + placeholders(len(ids)) + `)
 UNION ALL
-SELECT 'h', sku_id, user_id, CAST(SUM(CASE WHEN status IN ('pending_payment', 'paid') THEN quantity ELSE 0 END) AS SIGNED)
+`)
+	}
+	q.WriteString(`SELECT 'h', sku_id, user_id, CAST(SUM(CASE WHEN status IN ('pending_payment', 'paid') THEN quantity ELSE 0 END) AS SIGNED)
 FROM orders WHERE `)
 	args = append(args, anys(ids)...)
 	for i, sku := range slices.Sorted(maps.Keys(usersOf)) {
@@ -395,7 +517,7 @@ FROM orders WHERE `)
 }
 
 // myTakeStock takes take[sku] units of each SKU in one statement. The stock
-// >= n guard refuses what the rows, locked since myLockStock, do not hold:
+// >= n guard refuses what the rows, locked since myReadStock, do not hold:
 // then the transaction fails rather than oversell (CHECK (stock >= 0) is the
 // second line).
 func myTakeStock(ctx context.Context, tx *sql.Tx, take map[string]int64) error {
