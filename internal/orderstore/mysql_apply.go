@@ -163,10 +163,16 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 
 	var fresh []sale.Reservation
 	freshPairs := make(map[holder]bool)
+	freshSKUs := make(map[string]bool)      // the rows the late lock takes
+	seenFresh := make(map[string]lockedSKU) // and what was seen of them
 	for _, r := range uniq {
 		if isNew[r.OrderID] {
 			fresh = append(fresh, r)
 			freshPairs[holder{r.SKU, r.User}] = true
+			freshSKUs[r.SKU] = true
+			if k, ok := seen[r.SKU]; ok {
+				seenFresh[r.SKU] = k
+			}
 		}
 	}
 	if len(fresh) == 0 {
@@ -233,13 +239,13 @@ func (s *myStore) applyUnique(ctx context.Context, tx *sql.Tx, uniq []sale.Reser
 		if len(take) > 0 {
 			sets = append(sets, scanCount(&taken))
 		}
-		stmts := append(writes, myStockSQL(skus, true), myCancelsAndHoldingsSQL(nil, freshPairs))
+		stmts := append(writes, myStockSQL(slices.Sorted(maps.Keys(freshSKUs)), true), myCancelsAndHoldingsSQL(nil, freshPairs))
 		if err := myMulti(ctx, tx, sets, append(stmts, takeStmts...)...); err != nil {
 			return nil, fmt.Errorf("write, lock and take stock: %w", err)
 		}
 		// The take ran before this check, so the batch holds the locks for one
 		// round trip; a decision that does not stand is rolled back with it.
-		if !unmoved(seen, locked, held, heldNow, fresh, decided, take) {
+		if !unmoved(seenFresh, locked, held, heldNow, fresh, decided, take) {
 			return nil, errMovedBeforeLock
 		}
 	}
