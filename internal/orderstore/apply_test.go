@@ -522,35 +522,43 @@ func TestSnapshotAndLiveHoldings(t *testing.T) {
 }
 
 // BenchmarkApplyBatch measures one applier, one SKU with stock that never
-// runs out: throughput per batch size (one transaction, one fsync per batch).
+// runs out: throughput per batch size (one transaction, one fsync per batch),
+// with every reservation a new user's, without an Idempotency-Key (key=false)
+// or with one (key=true, as the bench's buyers send: the batch then reads
+// the keys' owners too).
 func BenchmarkApplyBatch(b *testing.B) {
 	s := newStore(b)
 	ctx := testContext(b)
 	putSKU(b, s, "BENCH", sale.MaxStock)
-	for _, n := range []int{1, 10, 100, 500} {
-		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
-			batch := make([]sale.Reservation, n)
-			start := time.Now()
-			iters := 0
-			for b.Loop() {
-				for i := range batch {
-					// A new user each time: the per-user limit must not refuse.
-					batch[i] = newResv("BENCH", fmt.Sprintf("u%d-%d-%d", n, iters, i), 1)
-				}
-				out, err := s.ApplyBatch(ctx, batch)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, o := range out {
-					if o.Status != sale.StatusPendingPayment {
-						b.Fatalf("outcome %+v, want pending_payment", o)
+	for _, n := range []int{1, 10, 100, 500, 1000} {
+		for _, keyed := range []bool{false, true} {
+			b.Run(fmt.Sprintf("batch=%d/key=%t", n, keyed), func(b *testing.B) {
+				batch := make([]sale.Reservation, n)
+				start := time.Now()
+				iters := 0
+				for b.Loop() {
+					for i := range batch {
+						// A new user each time: the per-user limit must not refuse.
+						batch[i] = newResv("BENCH", fmt.Sprintf("u%d-%t-%d-%d", n, keyed, iters, i), 1)
+						if keyed {
+							batch[i].IdempotencyKey = "k1"
+						}
 					}
+					out, err := s.ApplyBatch(ctx, batch)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, o := range out {
+						if o.Status != sale.StatusPendingPayment {
+							b.Fatalf("outcome %+v, want pending_payment", o)
+						}
+					}
+					iters++
 				}
-				iters++
-			}
-			elapsed := time.Since(start)
-			b.ReportMetric(float64(iters*n)/elapsed.Seconds(), "orders/s")
-		})
+				elapsed := time.Since(start)
+				b.ReportMetric(float64(iters*n)/elapsed.Seconds(), "orders/s")
+			})
+		}
 	}
 }
 

@@ -93,6 +93,38 @@ func TestOneOrderPerIdempotencyKey(t *testing.T) {
 			t.Errorf("the key is on %d orders (%d live), want 1 (1)", all, live)
 		}
 	})
+	t.Run("keys of other users and SKUs are other keys", func(t *testing.T) {
+		s := newStore(t)
+		ctx := testContext(t)
+		putSKU(t, s, "K7", 10)
+		putSKU(t, s, "K8", 10)
+		a, b := keyedResv(1, "K7", "u1", "a"), keyedResv(2, "K8", "u1", "b")
+		if _, err := s.ApplyBatch(ctx, []sale.Reservation{a, b}); err != nil {
+			t.Fatal(err)
+		}
+		batch := []sale.Reservation{
+			keyedResv(3, "K7", "u1", "b"), // u1's other key on K7
+			keyedResv(4, "K8", "u1", "a"), // u1's key a, on the other SKU
+			keyedResv(5, "K7", "u2", "a"), // another user's key a
+			keyedResv(6, "K7", "u1", "a"), // a's key again
+			keyedResv(7, "K8", "u1", "b"), // b's key again
+		}
+		got, err := s.ApplyBatch(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []orderstore.Outcome{pending(batch[0].OrderID), pending(batch[1].OrderID), pending(batch[2].OrderID),
+			refusedForKey(batch[3].OrderID, a.OrderID), refusedForKey(batch[4].OrderID, b.OrderID)}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("outcomes (-want +got):\n%s", diff)
+		}
+		if l := checkInvariants(t, s, "K7"); l.Stock != 7 {
+			t.Errorf("K7 ledger %+v, want stock 7", l)
+		}
+		if l := checkInvariants(t, s, "K8"); l.Stock != 8 {
+			t.Errorf("K8 ledger %+v, want stock 8", l)
+		}
+	})
 	t.Run("fallback sale first, then the gate's reservation", func(t *testing.T) {
 		s := newStore(t)
 		ctx := testContext(t)

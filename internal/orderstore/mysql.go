@@ -27,6 +27,8 @@ type myStore struct {
 	db      *sql.DB // flashsale's pool: its sessions set @flashsale_audited
 	outside *sql.DB // an ordinary client, for DB (tests, invariant checks)
 	cfg     *mysql.Config
+
+	beforeWrite func(lockFirst bool) // tests: runs in ApplyBatch between its reads and its writes
 }
 
 // MySQL error numbers this package reacts to.
@@ -121,6 +123,10 @@ func openMySQL(ctx context.Context, raw string, o Options) (*myStore, error) {
 	// flashsale's sessions write their own stock_audit rows: the audit
 	// trigger records only changes made by other clients (see migrations).
 	own.Params["@flashsale_audited"] = "1"
+	// ApplyBatch sends a few statements per round trip (see applyUnique).
+	// Every statement of this package is a constant with ? placeholders the
+	// driver fills in, escaped, so a value never ends a statement.
+	own.MultiStatements = true
 	db, err := openMySQLPool(ctx, own, o)
 	if err != nil {
 		outside.Close()
@@ -236,6 +242,7 @@ func (s *myStore) Migrate(ctx context.Context) error {
 	}
 	mc := s.cfg.Clone()
 	delete(mc.Params, "@flashsale_audited")
+	mc.MultiStatements = false
 	mc.Params["innodb_lock_wait_timeout"] = "300"
 	conn, err := mysql.NewConnector(mc)
 	if err != nil {
