@@ -18,7 +18,7 @@ const (
 	measuredHandlerUS = 120 // a flashsale instance's CPU per purchase request
 	measuredRedisUS   = 21  // the Redis primary's CPU per reserve.lua call (INFO cpu / calls)
 	measuredNATSUS    = 26  // JetStream per message, BenchmarkPublish
-	measuredDBUS      = 250 // PostgreSQL per order in a batch of 500, BenchmarkApplyBatch (MariaDB: 111)
+	measuredDBUS      = 250 // PostgreSQL per order in a batch of 500, BenchmarkApplyBatch on a loaded machine (MariaDB: 111; both 40-65 quiet, docs/scaling.md)
 )
 
 // planBenchReport is the part of `flashsale bench -json` that plan reads.
