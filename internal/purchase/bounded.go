@@ -19,7 +19,8 @@ type PingGate interface {
 // and each idempotency look-up of a sold-out SKU (Duplicate) runs under a
 // deadline of Timeout of its own, on top of the caller's, so that a hung
 // Redis cannot hold requests: past it the call returns the context's
-// error (context.DeadlineExceeded, wrapped). Observe, if set, is told how
+// error (context.DeadlineExceeded, wrapped); a caller's earlier deadline
+// is kept as it is. Observe, if set, is told how
 // long each reserve took, whatever its outcome (the gate-latency
 // histogram); look-ups are not observed. The other methods (Lookup,
 // Available, Ping) are the wrapped gate's, unbounded. Safe for concurrent
@@ -32,8 +33,10 @@ type BoundedGate struct {
 
 // ReserveLimited is the wrapped gate's, bounded by Timeout and observed.
 func (g BoundedGate) ReserveLimited(ctx context.Context, r sale.Reservation, l stockgate.Limits) (stockgate.ReserveResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.Timeout)
-	defer cancel()
+	ctx, cancel := g.bound(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
 	start := time.Now()
 	res, err := g.PingGate.ReserveLimited(ctx, r, l)
 	if g.Observe != nil {
@@ -44,7 +47,20 @@ func (g BoundedGate) ReserveLimited(ctx context.Context, r sale.Reservation, l s
 
 // Duplicate is the wrapped gate's, bounded by Timeout.
 func (g BoundedGate) Duplicate(ctx context.Context, sku, user, key string) (string, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.Timeout)
-	defer cancel()
+	ctx, cancel := g.bound(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
 	return g.PingGate.Duplicate(ctx, sku, user, key)
+}
+
+// bound returns ctx bounded by Timeout, and its cancel. A caller's deadline
+// that ends first already bounds the call (the purchase path's breaker
+// gives each gate call one, from a pooled timer): then ctx is returned as
+// it is, with a nil cancel, and no timer is made.
+func (g BoundedGate) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= g.Timeout {
+		return ctx, nil
+	}
+	return context.WithTimeout(ctx, g.Timeout)
 }

@@ -69,3 +69,54 @@ func TestBoundedGate(t *testing.T) {
 		t.Fatal("the breaker's probe does not ping through a BoundedGate")
 	}
 }
+
+// ctxGate records the context each call was given.
+type ctxGate struct{ got context.Context }
+
+func (g *ctxGate) ReserveLimited(ctx context.Context, _ sale.Reservation, _ stockgate.Limits) (stockgate.ReserveResult, error) {
+	g.got = ctx
+	return stockgate.ReserveResult{}, nil
+}
+func (g *ctxGate) Duplicate(ctx context.Context, _, _, _ string) (string, bool, error) {
+	g.got = ctx
+	return "", false, nil
+}
+func (g *ctxGate) Lookup(context.Context, string, ...string) (sale.Reservation, bool, error) {
+	return sale.Reservation{}, false, nil
+}
+func (g *ctxGate) Available(context.Context, string) (int64, bool, error) { return 0, false, nil }
+func (g *ctxGate) Ping(context.Context) error                             { return nil }
+
+// TestBoundedGateKeepsEarlierDeadline: a caller's deadline that ends before
+// Timeout is the call's own (the context passes unchanged, no timer is
+// made); a later one, or none, is cut to Timeout.
+func TestBoundedGateKeepsEarlierDeadline(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	cg := &ctxGate{}
+	bg := BoundedGate{PingGate: cg, Timeout: timeout}
+	calls := map[string]func(ctx context.Context){
+		"reserve": func(ctx context.Context) { _, _ = bg.ReserveLimited(ctx, sale.Reservation{}, stockgate.Limits{}) },
+		"look-up": func(ctx context.Context) { _, _, _ = bg.Duplicate(ctx, "S", "u", "k") },
+	}
+	for name, call := range calls {
+		short, cancel := context.WithTimeout(context.Background(), timeout/4)
+		call(short)
+		cancel()
+		if cg.got != short {
+			t.Errorf("%s with an earlier deadline: the gate got another context", name)
+		}
+		for _, parent := range []time.Duration{0, time.Hour} {
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if parent > 0 {
+				ctx, cancel = context.WithTimeout(ctx, parent)
+			}
+			before := time.Now()
+			call(ctx)
+			cancel()
+			dl, ok := cg.got.Deadline()
+			if !ok || dl.After(before.Add(timeout+50*time.Millisecond)) {
+				t.Errorf("%s with parent deadline %v: the gate's deadline %v (set %v), want at most %v from the call", name, parent, dl.Sub(before), ok, timeout)
+			}
+		}
+	}
+}
