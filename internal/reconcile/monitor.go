@@ -52,7 +52,9 @@ func (m *Monitor) RunOnce(ctx context.Context) (bool, error) {
 	}
 	m.log.Warn("redis restarted, failed over or is new: rebuilding every active sale from the database", "run_id", id, "previous", prev)
 	if err := m.rebuild(ctx); err != nil {
-		// Let the next check try again.
+		// Let the next check try again (right after a failover the
+		// cluster's view may still be moving).
+		m.log.Warn("redis rebuild failed: the next check tries again", "run_id", id, "err", err)
 		_, _ = m.src.SwapRunID(ctx, prev)
 		return false, err
 	}
