@@ -53,7 +53,10 @@ type stressApplied struct {
 // (RequestCancel), direct sales (BuyDirect, some on the batches' own ids and
 // keys), restocks, reductions and raises of the limit (PutSKU). The limit is
 // only ever raised, so live holdings above the last one would have been
-// above the limit when they were taken. Then it checks from the database:
+// above the limit when they were taken. While it runs a monitor reads, one
+// statement at a time, that stock + live units = total and that no one
+// holds more than the highest limit set so far. Then it checks from the
+// database:
 // I1 and I5 per SKU (checkInvariants), no user above the limit, at most one
 // live order per Idempotency-Key and a key owner for every refusal for its
 // key, every reservation applied exactly once with its outcome consistent
