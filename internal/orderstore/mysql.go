@@ -292,6 +292,13 @@ func retryable(err error) bool {
 // deadlock. fn must not keep state across attempts
 // beyond what it returns.
 func (s *myStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return againOnDeadlock(ctx, func() error { return s.tx(ctx, fn) })
+}
+
+// againOnDeadlock runs fn, and again (up to 5 times in all, backing off)
+// while InnoDB chooses it as a deadlock victim: fn is a whole transaction,
+// or a statement that is one by itself, and safe to repeat.
+func againOnDeadlock(ctx context.Context, fn func() error) error {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if attempt > 0 {
@@ -301,7 +308,7 @@ func (s *myStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 			case <-time.After(time.Duration(attempt*attempt) * 5 * time.Millisecond):
 			}
 		}
-		err = s.tx(ctx, fn)
+		err = fn()
 		if !retryable(err) {
 			return err
 		}

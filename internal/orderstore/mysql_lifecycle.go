@@ -299,13 +299,18 @@ WHERE order_id IN (`+placeholders(len(ids))+`)`, append([]any{now.UTC(), sale.Ca
 func (s *myStore) RequestCancel(ctx context.Context, id, user string, now time.Time) (o sale.Order, landed bool, err error) {
 	// The first request stays (like ON CONFLICT DO NOTHING). Not INSERT
 	// IGNORE: it would also turn a too long value into a silent truncation.
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO cancel_requests (order_id, user_id) VALUES (?, ?)
-ON DUPLICATE KEY UPDATE order_id = order_id`, id, user); err != nil {
+	// Both statements may be chosen as deadlock victims by an ApplyBatch
+	// of the order holding its keys; both are safe to repeat.
+	if err := againOnDeadlock(ctx, func() error {
+		_, err := s.db.ExecContext(ctx, `INSERT INTO cancel_requests (order_id, user_id) VALUES (?, ?)
+ON DUPLICATE KEY UPDATE order_id = order_id`, id, user)
+		return err
+	}); err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: request cancel %s: %w", id, err)
 	}
 	// An ApplyBatch of this order may have read cancel_requests before our
 	// row existed and not yet committed. Wait for it: see waitForApply.
-	if err := s.waitForApply(ctx, id); err != nil {
+	if err := againOnDeadlock(ctx, func() error { return s.waitForApply(ctx, id) }); err != nil {
 		return sale.Order{}, false, fmt.Errorf("orderstore: request cancel %s: %w", id, err)
 	}
 	// The apply may have committed just before the request: cancel it now.

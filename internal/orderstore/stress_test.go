@@ -247,9 +247,9 @@ func TestApplyBatchStress(t *testing.T) {
 				case err == nil, errors.Is(err, sale.ErrOrderNotFound), errors.Is(err, sale.ErrOrderPaid),
 					errors.Is(err, sale.ErrOrderFailed), errors.Is(err, sale.ErrOrderExpired), errors.Is(err, sale.ErrUnavailable):
 				case orderstore.IsTransient(err):
-					// A deadlock victim (RequestCancel's probe is not
-					// retried): the client asks again; nothing is asserted
-					// of this attempt.
+					// A deadlock victim five times over (each call runs
+					// again on a deadlock): the client asks again; nothing
+					// is asserted of this attempt.
 					lifeTransient.Add(1)
 				default:
 					t.Errorf("lifecycle of %s: %v", r.OrderID, err)
