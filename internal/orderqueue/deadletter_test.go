@@ -102,9 +102,7 @@ func TestDeadLetter(t *testing.T) {
 		t.Errorf("Reservation() = %+v, %v; want %+v", r, err, r1)
 	}
 	// The messages left the apply consumer (terminated), nothing pending.
-	if st := stats(t, q); st.Pending != 0 || st.AckPending != 0 {
-		t.Errorf("Stats after dead-lettering both: %+v", st)
-	}
+	statsUntil(t, q, "after dead-lettering both: want nothing pending", func(st orderqueue.Stats) bool { return st.Pending == 0 && st.AckPending == 0 })
 }
 
 // TestDeadLetterReservation: a payload that is not a valid reservation
@@ -235,15 +233,11 @@ func TestReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	publishAll(t, q, message(r)) // still a duplicate: dropped
-	if st := stats(t, q); st.Messages != 1 || st.Pending != 0 {
-		t.Fatalf("before the replay: %+v", st)
-	}
+	statsUntil(t, q, "before the replay: want 1 stored, none pending", func(st orderqueue.Stats) bool { return st.Messages == 1 && st.Pending == 0 })
 	if err := q.Replay(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	if st := stats(t, q); st.Messages != 2 || st.Pending != 1 {
-		t.Fatalf("after the replay: %+v, want it stored and pending", st)
-	}
+	statsUntil(t, q, "after the replay: want it stored and pending", func(st orderqueue.Stats) bool { return st.Messages == 2 && st.Pending == 1 })
 	got := deliveredOf(fetch(t, q, 1))[0]
 	if got.Subject != orderqueue.SubjectPrefix+"k" || got.Data != string(message(r).Data) || got.MsgID == "" || got.MsgID == r.OrderID {
 		t.Errorf("replayed message %+v; want the payload on %sk under a new message id", got, orderqueue.SubjectPrefix)

@@ -37,7 +37,5 @@ func TestEmbeddedKeepsItsStore(t *testing.T) {
 
 	e, q = open()
 	defer e.Shutdown()
-	if st := stats(t, q); st.Messages != 2 || st.Pending != 2 {
-		t.Fatalf("after a restart: %+v, want the 2 messages, undelivered", st)
-	}
+	statsUntil(t, q, "after a restart: want the 2 messages, undelivered", func(st orderqueue.Stats) bool { return st.Messages == 2 && st.Pending == 2 })
 }

@@ -108,9 +108,7 @@ func TestPublishDedupesByOrderID(t *testing.T) {
 	}
 	publishAll(t, q, a, b) // a retry of the relay
 
-	if got := stats(t, q); got != (orderqueue.Stats{Messages: 3, Pending: 3}) {
-		t.Fatalf("Stats after publishing 3 distinct ids (5 copies) = %+v, want 3 stored, 3 pending", got)
-	}
+	statsBecome(t, q, "after publishing 3 distinct ids (5 copies)", orderqueue.Stats{Messages: 3, Pending: 3})
 	want := []delivered{
 		{Subject: orderqueue.SubjectPrefix + "k", MsgID: a.ID, Data: string(a.Data)},
 		{Subject: orderqueue.SubjectPrefix + "k", MsgID: b.ID, Data: string(b.Data), Traceparent: tp},
@@ -165,14 +163,20 @@ func TestStats(t *testing.T) {
 // reading that catches up, not a snapshot of the last call.
 func statsBecome(t *testing.T, q *orderqueue.Queue, what string, want orderqueue.Stats) {
 	t.Helper()
+	statsUntil(t, q, fmt.Sprintf("%s: want %+v", what, want), func(got orderqueue.Stats) bool { return got == want })
+}
+
+// statsUntil waits, as statsBecome, until q's stats satisfy ok.
+func statsUntil(t *testing.T, q *orderqueue.Queue, what string, ok func(orderqueue.Stats) bool) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got := stats(t, q)
-		if got == want {
+		if ok(got) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %+v, want %+v", what, got, want)
+			t.Fatalf("%s: stats %+v", what, got)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
