@@ -504,6 +504,15 @@ UNION ALL
 	}
 	q.WriteString(`SELECT 'h', sku_id, user_id, CAST(SUM(CASE WHEN status IN ('pending_payment', 'paid') THEN quantity ELSE 0 END) AS SIGNED)
 FROM orders WHERE `)
+	args = skuUsersWhere(&q, args, usersOf)
+	q.WriteString(` GROUP BY sku_id, user_id`)
+	return stmt{q.String(), args}
+}
+
+// skuUsersWhere writes the condition "(sku_id = ? AND user_id IN (...))
+// OR ..." for usersOf (users by SKU, SKUs in sorted order) to q and returns
+// args with its values appended: InnoDB reads one index range per user.
+func skuUsersWhere(q *strings.Builder, args []any, usersOf map[string][]string) []any {
 	for i, sku := range slices.Sorted(maps.Keys(usersOf)) {
 		if i > 0 {
 			q.WriteString(" OR ")
@@ -513,8 +522,7 @@ FROM orders WHERE `)
 		args = append(args, sku)
 		args = append(args, anys(users)...)
 	}
-	q.WriteString(` GROUP BY sku_id, user_id`)
-	return stmt{q.String(), args}
+	return args
 }
 
 // scanCancelsAndHoldings reads the result of myCancelsAndHoldingsSQL: the
@@ -570,15 +578,7 @@ func myKeyOwnersSQL(keys []idemKey) stmt {
 	var q strings.Builder
 	args := make([]any, 0, len(usersOf)+len(keys))
 	q.WriteString(`SELECT sku_id, user_id, idempotency_key, order_id FROM orders WHERE idempotency_key IS NOT NULL AND (`)
-	for i, sku := range slices.Sorted(maps.Keys(usersOf)) {
-		if i > 0 {
-			q.WriteString(" OR ")
-		}
-		users := usersOf[sku]
-		q.WriteString("(sku_id = ? AND user_id IN (" + placeholders(len(users)) + "))")
-		args = append(args, sku)
-		args = append(args, anys(users)...)
-	}
+	args = skuUsersWhere(&q, args, usersOf)
 	q.WriteString(")")
 	return stmt{q.String(), args}
 }

@@ -74,16 +74,7 @@ func (s *TransferSweeper) RunOnce(ctx context.Context, now time.Time) (TransferP
 
 // Run sweeps every period until ctx ends (RunOnce logs its failures).
 func (s *TransferSweeper) Run(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			_, _ = s.RunOnce(ctx, now)
-		}
-	}
+	every(ctx, period, func(now time.Time) { _, _ = s.RunOnce(ctx, now) })
 }
 
 // Janitor drops the Redis keys of sales that ended more than a retention
@@ -130,6 +121,11 @@ func (j *Janitor) RunOnce(ctx context.Context, now time.Time) ([]string, error) 
 
 // Run runs a pass every period until ctx ends (RunOnce logs its failures).
 func (j *Janitor) Run(ctx context.Context, period time.Duration) {
+	every(ctx, period, func(now time.Time) { _, _ = j.RunOnce(ctx, now) })
+}
+
+// every calls pass with the tick's time every period until ctx ends.
+func every(ctx context.Context, period time.Duration, pass func(now time.Time)) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -137,7 +133,7 @@ func (j *Janitor) Run(ctx context.Context, period time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			_, _ = j.RunOnce(ctx, now)
+			pass(now)
 		}
 	}
 }
