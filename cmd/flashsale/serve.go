@@ -156,7 +156,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	}
 
 	if cfg.NATSURL == "embedded" {
-		if a.embedded, err = orderqueue.StartEmbedded(cfg.DataDir, cfg.NATSSyncAlways); err != nil {
+		if a.embedded, err = orderqueue.StartEmbedded(cfg.DataDir, cfg.NATSSyncAlways, log); err != nil {
 			return nil, err
 		}
 		a.nc, err = a.embedded.Connect("flashsale")
