@@ -147,6 +147,9 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if err = a.openStores(octx); err != nil {
 		return nil, err
 	}
+	if err = a.gate.CheckEviction(octx); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
 	if err = a.store.Migrate(octx); err != nil {
 		return nil, fmt.Errorf("database migrations: %w", err)
 	}
@@ -225,7 +228,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.lifecycle = release.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.buy, a.isActive, log)
 	a.reconciler = reconcile.NewReconciler(a.sync, a.store, int64(cfg.ReconcileLimit), cfg.AlertWebhook, log, a.metrics)
 	live := &dashboard.Live{DB: a.store, Catalog: cat, Gate: a.gate, Queue: a.queue, Breaker: a.buy.BreakerState,
-		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics}
+		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics, Publish: a.publishHealth}
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
 		Lifecycle: a.lifecycle,
 		Audit:     a.store,
@@ -244,20 +247,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		Metrics:       promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
 		Observe:       a.metrics.HTTP,
 		Tracer:        a.tracer,
-		Ready: []httpapi.Checker{
-			// Purchases need the database (the record) and Redis or the database
-			// fallback; while the queue is out they wait in the Redis outbox.
-			// The check is named after the dialect: "postgres" or "mysql".
-			{Name: string(a.store.Dialect()), Critical: true, Check: a.store.Ping},
-			{Name: "redis", Critical: cfg.FallbackConc == 0, Check: a.gate.Ping},
-			{Name: "jetstream", Check: a.queue.Ping},
-			// The broker answers but lost the streams (restarted on an empty
-			// store, or a stream between leaders): purchases wait in the
-			// outbox until they are re-created (every second, below). Not
-			// critical: every instance shares the broker, so failing readiness
-			// would empty the balancer for a fault the outbox absorbs.
-			{Name: "jetstream-streams", Check: a.queue.Ready},
-		},
+		Ready:         a.readyChecks(),
 	})
 
 	a.metrics.Registry.MustRegister(live.Collector())

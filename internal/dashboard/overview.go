@@ -45,6 +45,9 @@ type Live struct {
 	// History, if set, holds the recent samples of the charted figures.
 	History *History
 	Metrics *metrics.Metrics
+	// Publish, if set, is nil while the order stream acknowledges publishes
+	// (else why not: a full disk under the embedded store, rounds failing).
+	Publish func() error
 }
 
 // DB is the database of record (orderstore.Store): the sales'
@@ -129,6 +132,11 @@ type pipelineOverview struct {
 	QueueAckPending *int    `json:"queue_ack_pending"` // delivered, not yet acknowledged
 	DeadLetters     *uint64 `json:"dead_letters"`
 	Breaker         string  `json:"breaker"`
+	// StreamPublish is "ok" while the stream acknowledges publishes,
+	// "failing" while it does not (StreamPublishError says why; accepted
+	// purchases wait in the Redis outbox meanwhile).
+	StreamPublish      string `json:"stream_publish"`
+	StreamPublishError string `json:"stream_publish_error,omitempty"`
 }
 
 // countersOverview is this instance's counters since it started.
@@ -277,6 +285,12 @@ func (l *Live) overviewRedis(ctx context.Context, so *saleOverview, fail func(st
 // overviewPipeline fills in the queue's backlog, the dead letters and the breaker.
 func (l *Live) overviewPipeline(ctx context.Context, p *pipelineOverview, fail func(string, error)) {
 	p.Breaker = l.Breaker()
+	p.StreamPublish = "ok"
+	if l.Publish != nil {
+		if err := l.Publish(); err != nil {
+			p.StreamPublish, p.StreamPublishError = "failing", err.Error()
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, overviewTimeout)
 	defer cancel()
 	if st, err := l.Queue.Stats(ctx); err != nil {
