@@ -11,7 +11,7 @@ import (
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
-// TestDatabaseSlotsBehindHAProxy: two instances behind HAProxy (the shipped
+// TestDatabaseSlotsBehindHAProxy: three instances behind HAProxy (the shipped
 // configuration) on a private database whose connection slots another
 // client takes, all of them, for longer than HAProxy needs to take an
 // instance out (inter 1s x fall 2). Purchases still go through Redis, so
@@ -21,7 +21,7 @@ import (
 // pool while purchases were accepted.
 func TestDatabaseSlotsBehindHAProxy(t *testing.T) {
 	if testing.Short() {
-		t.Skip("two instances behind HAProxy with the database's slots exhausted (about 20 s)")
+		t.Skip("three instances behind HAProxy with the database's slots exhausted (about 20 s)")
 	}
 	bins := chaos.Build(t)
 	redis := chaos.StartRedis(t)
@@ -30,7 +30,7 @@ func TestDatabaseSlotsBehindHAProxy(t *testing.T) {
 	testenv.LimitConnections(t, db, 40)
 	dbURL := db.URL("flashsale")
 	env := baseEnv(t, dbURL, redis.URL, nats.URL)
-	svcs := startInstances(t, bins.Flashsale, 2, func(int) map[string]string { return copyEnv(env) })
+	svcs := startInstances(t, bins.Flashsale, 3, func(int) map[string]string { return copyEnv(env) })
 	var addrs []string
 	for _, s := range svcs {
 		addrs = append(addrs, s.Env["FLASHSALE_HTTP_ADDR"])
