@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -56,4 +58,39 @@ func TestReadyWhileDatabaseSlotsExhausted(t *testing.T) {
 		t.Fatalf("%d orders for %d accepted", rep.Orders, len(accepted))
 	}
 	waitReady(t, h, http.StatusOK, `"status":"ok"`, 20*time.Second)
+}
+
+// TestEvictingRedisRefused: a Redis whose maxmemory-policy may evict keys
+// (allkeys-lru) is refused at start, naming the setting and the fix; one
+// switched to it while running takes the instance out of /readyz (unready,
+// with the reason) until it is set back to noeviction.
+func TestEvictingRedisRefused(t *testing.T) {
+	ctx := context.Background()
+	evicting := testenv.StartRedis(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+	cfg := testConfig(t, "embedded", "FLASHSALE_REDIS_URL", evicting.URL)
+	a, err := start(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		a.close()
+		t.Fatal("started on a Redis with maxmemory-policy allkeys-lru")
+	}
+	for _, want := range []string{"maxmemory-policy allkeys-lru", "noeviction"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("start: %v; want it to name %q", err, want)
+		}
+	}
+
+	rs := testenv.StartRedis(t)
+	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_REDIS_URL", rs.URL))
+	waitReady(t, h, http.StatusOK, `"redis-maxmemory-policy":"ok"`, 10*time.Second)
+	c := testenv.RedisClient(t, rs.URL)
+	setPolicy := func(p string) {
+		t.Helper()
+		if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", p).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setPolicy("volatile-lru")
+	waitReady(t, h, http.StatusServiceUnavailable, `"redis-maxmemory-policy":"a redis primary's maxmemory-policy is not noeviction`, 10*time.Second)
+	setPolicy("noeviction")
+	waitReady(t, h, http.StatusOK, `"status":"ok"`, 10*time.Second)
 }
