@@ -57,11 +57,15 @@ func TestCheckEviction(t *testing.T) {
 		if err := g.CheckEviction(ctx); err != nil {
 			t.Fatalf("CheckEviction before: %v", err)
 		}
-		c := testenv.RedisClient(t, nodes[1].URL)
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{nodes[1].Addr}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
 		if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", "allkeys-lfu").Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		err := g.CheckEviction(ctx)
+		err = g.CheckEviction(ctx)
 		if !errors.Is(err, stockgate.ErrEvicting) || !strings.Contains(err.Error(), nodes[1].Addr) {
 			t.Fatalf("CheckEviction: %v; want ErrEvicting naming primary %s", err, nodes[1].Addr)
 		}
