@@ -19,7 +19,7 @@ import (
 // stream refused every publish after the first failed write, for good.
 func TestEmbeddedDiskFull(t *testing.T) {
 	dir := testenv.SmallDisk(t, 8<<20)
-	e, err := orderqueue.StartEmbedded(dir, false)
+	e, err := orderqueue.StartEmbedded(dir, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

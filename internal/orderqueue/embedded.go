@@ -53,8 +53,8 @@ var ErrStoreFull = errors.New("orderqueue: embedded store cannot write (disk ful
 // StartEmbedded starts a JetStream server storing under dir/nats.
 // syncAlways makes every write fsync (survives power loss, slower); by
 // default the store syncs every 2 minutes, which survives a process kill.
-// log, if set, receives the watcher's restarts.
-func StartEmbedded(dir string, syncAlways bool, log ...*slog.Logger) (*Embedded, error) {
+// log (nil: discarded) receives the watcher's restarts.
+func StartEmbedded(dir string, syncAlways bool, log *slog.Logger) (*Embedded, error) {
 	opts := &server.Options{
 		ServerName: "flashsale-embedded",
 		JetStream:  true,
@@ -65,8 +65,8 @@ func StartEmbedded(dir string, syncAlways bool, log ...*slog.Logger) (*Embedded,
 		SyncAlways: syncAlways,
 	}
 	e := &Embedded{opts: opts, log: slog.New(slog.DiscardHandler), stop: make(chan struct{}), done: make(chan struct{})}
-	if len(log) > 0 && log[0] != nil {
-		e.log = log[0]
+	if log != nil {
+		e.log = log
 	}
 	srv, err := startServer(opts)
 	if err != nil {

@@ -14,7 +14,7 @@ func TestEmbeddedKeepsItsStore(t *testing.T) {
 	dir := t.TempDir()
 	open := func() (*orderqueue.Embedded, *orderqueue.Queue) {
 		t.Helper()
-		e, err := orderqueue.StartEmbedded(dir, false)
+		e, err := orderqueue.StartEmbedded(dir, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
