@@ -337,7 +337,17 @@ const maxRefills = 32
 
 // maxSpins bounds the reads of every bucket one refill makes (waiting for
 // transfers in progress, or for two reads in a row to agree).
-const maxSpins = 500
+const maxSpins = 60
+
+// A refill whose read changed nothing (reads that disagree, units held
+// only by transfers in progress) waits before it reads every bucket again,
+// from refillWaitMin doubling to refillWaitMax: maxSpins reads take about
+// a second before the purchase gives up (sale.ErrBusy), instead of K reads a
+// millisecond or less for as long.
+const (
+	refillWaitMin = 250 * time.Microsecond
+	refillWaitMax = 16 * time.Millisecond
+)
 
 // reserveBuckets is ReserveLimited of a sale split in k > 1 buckets: the
 // reservation is made in the buyer's home bucket; when it has too few
@@ -387,6 +397,19 @@ func (g *Gate) reserveBuckets(ctx context.Context, r sale.Reservation, l Limits,
 // (double collect), show fewer than want units in all, none in transfer.
 func (g *Gate) refill(ctx context.Context, names []string, home int, want int64, k int) (int64, error) {
 	var prev []BucketState
+	wait := refillWaitMin
+	backoff := func() error {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		wait = min(2*wait, refillWaitMax)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
+	}
+	swept := false
 	for spin := 0; ; spin++ {
 		if spin > maxSpins {
 			// Never a sold_out the buckets did not show at one instant.
@@ -415,6 +438,11 @@ func (g *Gate) refill(ctx context.Context, names []string, home int, want int64,
 			if prev != nil && same(prev, bs) {
 				return total, nil
 			}
+			if prev != nil { // two reads that disagree: let the buckets settle
+				if err := backoff(); err != nil {
+					return 0, err
+				}
+			}
 			prev = bs
 			continue
 		}
@@ -427,9 +455,28 @@ func (g *Gate) refill(ctx context.Context, names []string, home int, want int64,
 			}
 		}
 		if d < 0 {
-			// Only transfers in progress hold units: they land shortly
-			// (or the sweeper finishes them).
-			time.Sleep(time.Millisecond)
+			// Only transfers in progress hold units: they land shortly.
+			// One whose caller died (TransferAge old) is finished here
+			// rather than when the sweeper next looks at the sale.
+			if !swept {
+				swept = true
+				n := 0
+				for _, b := range bs {
+					if b.Transit > 0 {
+						done, err := g.SweepTransfers(ctx, b.Name, time.Now().Add(-TransferAge))
+						if err != nil {
+							return 0, err
+						}
+						n += done
+					}
+				}
+				if n > 0 {
+					continue
+				}
+			}
+			if err := backoff(); err != nil {
+				return 0, err
+			}
 			continue
 		}
 		units := max(want-h.Avail, (bs[d].Avail+1)/2)
