@@ -40,8 +40,8 @@ var (
 	//go:embed bucketread.lua
 	bucketReadLua string
 
-	xferOutScript    = rueidis.NewLuaScript(xferOutLua)
-	xferInScript     = rueidis.NewLuaScript(debtLua + xferInLua)
+	xferOutScript    = newDurableScript(xferOutLua)
+	xferInScript     = newDurableScript(debtLua + xferInLua)
 	xferDoneScript   = rueidis.NewLuaScript(debtLua + xferDoneLua)
 	bucketReadScript = rueidis.NewLuaScriptReadOnly(bucketReadLua)
 )
@@ -516,8 +516,9 @@ func newTransferID() string {
 // SweepTransfers.
 func (g *Gate) transfer(ctx context.Context, from, to, toEpoch string, units int64, k int) error {
 	id := newTransferID()
-	vals, err := xferOutScript.Exec(ctx, g.c, []string{g.KeysOf(from).Meta, g.xferKey(from)},
-		[]string{id, to, toEpoch, strconv.FormatInt(units, 10), strconv.Itoa(k), strconv.FormatInt(time.Now().UnixMilli(), 10)}).AsIntSlice()
+	r, durable := g.execDurable(ctx, from, xferOutScript, []string{g.KeysOf(from).Meta, g.xferKey(from)},
+		[]string{id, to, toEpoch, strconv.FormatInt(units, 10), strconv.Itoa(k), strconv.FormatInt(time.Now().UnixMilli(), 10)})
+	vals, err := r.AsIntSlice()
 	if err != nil {
 		return fmt.Errorf("stockgate: transfer out: %w", err)
 	}
@@ -529,14 +530,29 @@ func (g *Gate) transfer(ctx context.Context, from, to, toEpoch string, units int
 	case 0:
 		return nil
 	}
+	if !durable {
+		// No replica holds the debit yet: crediting now would duplicate
+		// the units if the donor's primary failed over without it. The
+		// sweeper finishes the entry, if it survived (durable.go); the
+		// purchase stops moving units for now (its replicas lag).
+		return fmt.Errorf("%w: a replica of stock bucket %s did not acknowledge a transfer within %v", sale.ErrBusy, from, g.xferWait)
+	}
+	if afterTransferOut != nil {
+		afterTransferOut()
+	}
 	return g.completeTransfer(ctx, from, id, to, toEpoch, vals[0])
 }
+
+// afterTransferOut, if set (tests), is called between a transfer's first
+// and second halves.
+var afterTransferOut func()
 
 // completeTransfer credits to with the transfer id of from, then closes
 // the entry (or refunds it when to can never be credited).
 func (g *Gate) completeTransfer(ctx context.Context, from, id, to, toEpoch string, units int64) error {
-	n, err := xferInScript.Exec(ctx, g.c, []string{g.KeysOf(to).Meta, g.xinKey(to)},
-		[]string{id, strconv.FormatInt(units, 10), toEpoch}).AsInt64()
+	r, durable := g.execDurable(ctx, to, xferInScript, []string{g.KeysOf(to).Meta, g.xinKey(to)},
+		[]string{id, strconv.FormatInt(units, 10), toEpoch})
+	n, err := r.AsInt64()
 	if err != nil {
 		return fmt.Errorf("stockgate: transfer in: %w", err)
 	}
@@ -546,6 +562,12 @@ func (g *Gate) completeTransfer(ctx context.Context, from, id, to, toEpoch strin
 		return nil // receiver fenced: its rebuild clears the entry, or the sweeper finishes it
 	case -3:
 		mode = "refund"
+	case 1:
+		if !durable {
+			// The entry stays open until a replica may hold the credit:
+			// the sweeper credits again only if it was lost (durable.go).
+			return nil
+		}
 	}
 	if err := xferDoneScript.Exec(ctx, g.c, []string{g.KeysOf(from).Meta, g.xferKey(from)}, []string{id, mode}).Error(); err != nil {
 		return fmt.Errorf("stockgate: transfer done: %w", err)
