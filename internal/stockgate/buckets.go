@@ -40,8 +40,8 @@ var (
 	//go:embed bucketread.lua
 	bucketReadLua string
 
-	xferOutScript    = newDurableScript(xferOutLua)
-	xferInScript     = newDurableScript(debtLua + xferInLua)
+	xferOutScript    = durable(rueidis.NewLuaScript(xferOutLua), xferOutLua)
+	xferInScript     = durable(rueidis.NewLuaScript(debtLua+xferInLua), debtLua+xferInLua)
 	xferDoneScript   = rueidis.NewLuaScript(debtLua + xferDoneLua)
 	bucketReadScript = rueidis.NewLuaScriptReadOnly(bucketReadLua)
 )

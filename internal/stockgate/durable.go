@@ -48,9 +48,10 @@ type durableScript struct {
 	body, sha1 string
 }
 
-func newDurableScript(body string) durableScript {
+// durable returns lua, whose source is body, as a script execDurable runs.
+func durable(lua *rueidis.Lua, body string) durableScript {
 	sum := sha1.Sum([]byte(body))
-	return durableScript{lua: rueidis.NewLuaScript(body), body: body, sha1: hex.EncodeToString(sum[:])}
+	return durableScript{lua: lua, body: body, sha1: hex.EncodeToString(sum[:])}
 }
 
 type replicaSeen struct {
