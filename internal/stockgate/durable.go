@@ -28,7 +28,10 @@ import (
 //     set) was lost, else it closes the entry.
 // Until the sweeper closes such an entry its units are counted both in
 // transfer and in the receiver (reads show that many more units for up to
-// TransferAge plus a sweep).
+// TransferAge plus a sweep). A script redirected (MOVED, ASK) while its
+// slot migrates is retried on the new node without its WAIT, whose answer
+// then says nothing of it: during a planned slot migration a half may be
+// taken as durable that is not yet.
 
 // DefaultTransferWait is how long a transfer half waits, by default, for a
 // replica to acknowledge it (see SetTransferWait).

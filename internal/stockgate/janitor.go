@@ -82,11 +82,13 @@ func (s *TransferSweeper) RunOnce(ctx context.Context, now time.Time) (TransferP
 	defer s.mu.Unlock()
 	var p TransferPass
 	var errs []error
+	listed := map[string]bool{}
 	for _, sk := range s.sales.All() {
 		k := sk.BucketCount()
 		if k <= 1 {
 			continue
 		}
+		listed[sk.ID] = true
 		if !sk.EndsAt.IsZero() && now.Sub(sk.EndsAt) > SweepEndedAfter {
 			delete(s.idle, sk.ID)
 			continue
@@ -106,6 +108,11 @@ func (s *TransferSweeper) RunOnce(ctx context.Context, now time.Time) (TransferP
 		st.wait = min(max(2*st.wait, time.Second), SweepIdleMax)
 		st.next = now.Add(st.wait)
 		s.idle[sk.ID] = st
+	}
+	for id := range s.idle {
+		if !listed[id] { // gone from the catalog, or no longer split
+			delete(s.idle, id)
+		}
 	}
 	return p, errors.Join(errs...)
 }
