@@ -101,5 +101,12 @@ func (g *Gate) execDurable(ctx context.Context, name string, s durableScript, ke
 		rs = g.c.DoMulti(ctx, g.c.B().Eval().Script(s.body).Numkeys(n).Key(keys...).Arg(args...).Build(), wait())
 	}
 	acked, err := rs[1].AsInt64()
+	if _, refused := rueidis.IsRedisErr(err); refused && rs[0].Error() == nil {
+		// A Redis that refuses WAIT (a managed service that disables
+		// it): go on as without replicas rather than stop every transfer
+		// at its first half; asked again after replicaCheck.
+		g.replicas.Store(name, replicaSeen{has: false, at: time.Now()})
+		return rs[0], true
+	}
 	return rs[0], err == nil && acked >= 1
 }
