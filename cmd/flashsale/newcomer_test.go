@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/httpapi"
 )
 
 // runCLI runs flashsale in-process with env and returns the error and what
@@ -158,6 +163,107 @@ func TestRedisVersionCheck(t *testing.T) {
 	for v, want := range map[string]bool{"7.0.0": true, "7.2.4": true, "8.0.1": true, "10.0": true, "6.2.14": false, "6.0": false, "": false, "x.y": false} {
 		if got := redisVersionAtLeast(v, minRedis); got != want {
 			t.Errorf("redisVersionAtLeast(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// TestHeaderLimit: the real server takes a request whose line and headers
+// fit in 16 KiB and answers a larger one (20,000 bytes of headers, which
+// net/http's own limit lets through) 431 in JSON with its code, closing
+// the connection.
+func TestHeaderLimit(t *testing.T) {
+	h := newHarness(t, testConfig(t, "embedded"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- h.a.serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		<-served
+	})
+	for _, c := range []struct {
+		size   int
+		status int
+		code   string
+	}{
+		{15 << 10, http.StatusOK, ""},
+		{20000, http.StatusRequestHeaderFieldsTooLarge, "header_too_large"},
+		{60 << 10, http.StatusRequestHeaderFieldsTooLarge, "header_too_large"},
+	} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Big", strings.Repeat("a", c.size))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%d bytes of headers: %v", c.size, err)
+		}
+		var body struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || body.Error.Code != c.code {
+			t.Errorf("%d bytes of headers: %d %q (%v), want %d %q", c.size, resp.StatusCode, body.Error.Code, err, c.status, c.code)
+		}
+		if c.code != "" && resp.Header.Get("Content-Type") != "application/json; charset=utf-8" {
+			t.Errorf("%d bytes of headers: Content-Type %q", c.size, resp.Header.Get("Content-Type"))
+		}
+	}
+}
+
+// TestUnauthorizedSaysWhy: a 401 carries WWW-Authenticate (RFC 6750): no
+// error for a request without a token, invalid_token "expired" for a
+// correctly signed token past its exp, invalid_token "not valid" for
+// anything else (a forged or garbled token learns nothing more).
+func TestUnauthorizedSaysWhy(t *testing.T) {
+	h := newHarness(t, testConfig(t, "embedded"))
+	expired, err := httpapi.Sign(testSecret, "eve", -time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := httpapi.Sign("another-secret", "eve", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiredForged, err := httpapi.Sign("another-secret", "eve", -time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, auth, want, message string
+	}{
+		{"no token", "", `Bearer realm="flashsale"`, "Authentication is missing or not valid."},
+		{"expired", "Bearer " + expired, `Bearer realm="flashsale", error="invalid_token", error_description="The token has expired"`, "The token has expired; get a new one."},
+		{"forged", "Bearer " + forged, `Bearer realm="flashsale", error="invalid_token", error_description="The token is not valid"`, "Authentication is missing or not valid."},
+		{"expired and forged", "Bearer " + expiredForged, `Bearer realm="flashsale", error="invalid_token", error_description="The token is not valid"`, "Authentication is missing or not valid."},
+		{"garbled", "Bearer abc.def", `Bearer realm="flashsale", error="invalid_token", error_description="The token is not valid"`, "Authentication is missing or not valid."},
+	} {
+		req, err := http.NewRequest(http.MethodGet, h.srvURL+"/api/v1/orders/01a2350c-bf2f-8794-be0b-45ca3da0b019", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || body.Error.Code != "unauthenticated" || body.Error.Message != c.message {
+			t.Errorf("%s: %d %+v, want 401 unauthenticated %q", c.name, resp.StatusCode, body.Error, c.message)
+		}
+		if got := resp.Header.Get("WWW-Authenticate"); got != c.want {
+			t.Errorf("%s: WWW-Authenticate %q, want %q", c.name, got, c.want)
 		}
 	}
 }

@@ -402,7 +402,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    httpapi.ServerMaxHeaderBytes, // headers past httpapi.MaxHeaderBytes: 431 in JSON
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)
