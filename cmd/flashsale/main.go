@@ -91,6 +91,17 @@ func flagErrorText(fs *flag.FlagSet, err error) string {
 	return fmt.Sprintf("-%s: %q: %s", name, value, reason)
 }
 
+// isTerminal reports whether w is a terminal (a character device), where
+// a progress line may be redrawn in place with \r.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
 // noArguments is the error of a subcommand that takes no arguments and was
 // given some.
 func noArguments(fs *flag.FlagSet) error {
@@ -158,6 +169,6 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nUsage: flashsale <subcommand> [flags]   (flashsale <subcommand> -h for its flags)")
 	fmt.Fprintln(w, "\nSubcommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 }
