@@ -19,7 +19,7 @@ import (
 )
 
 // config is every setting of serve (and demo). Each flag falls back to an
-// environment variable; the README's configuration table lists them.
+// environment variable; docs/configuration.md lists them.
 type config struct {
 	HTTPAddr        string
 	DatabaseURL     string
