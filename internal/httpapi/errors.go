@@ -16,7 +16,7 @@ import (
 
 // errorCodes maps an error to its HTTP status, stable machine-readable code
 // and the fixed sentence shown to clients. This table is the API contract
-// for errors (README and api/openapi.yaml list it). The text of the error
+// for errors (docs/api.md and api/openapi.yaml list it). The text of the error
 // itself never reaches a client (it may name packages, drivers, addresses):
 // it goes to the log. Only a detail written for clients (a *publicError,
 // made by this package's input checks) replaces the sentence.

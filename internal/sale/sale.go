@@ -157,7 +157,7 @@ const (
 	CancelPaymentTimeout = "payment_timeout"
 )
 
-// Input limits. They are part of the API contract (documented in README).
+// Input limits. They are part of the API contract (documented in docs/api.md).
 const (
 	// MaxQuantity is the largest quantity one purchase may ask for.
 	MaxQuantity = 100
