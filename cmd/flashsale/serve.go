@@ -164,7 +164,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		}
 	} else {
 		if !strings.HasPrefix(cfg.NATSURL, "nats://") && !strings.HasPrefix(cfg.NATSURL, "tls://") {
-			return nil, fmt.Errorf("nats-url must be \"embedded\" or nats://host:port, got %q", cfg.NATSURL)
+			return nil, fmt.Errorf("nats-url must be \"embedded\" or nats://host:port, got %q", hidePassword(cfg.NATSURL))
 		}
 		a.nc, err = orderqueue.Connect(cfg.NATSURL, "flashsale")
 	}
