@@ -19,7 +19,7 @@ import (
 )
 
 // config is every setting of serve (and demo). Each flag falls back to an
-// environment variable; the README's configuration table lists them.
+// environment variable; docs/configuration.md lists them.
 type config struct {
 	HTTPAddr        string
 	DatabaseURL     string
@@ -227,7 +227,24 @@ var (
 
 // hidePassword replaces the password of a database, Redis or NATS URL (or of a
 // PostgreSQL keyword/value or MySQL DSN) with xxxxx.
+// A NATS URL's lone user part is a token (nats://TOKEN@host), hidden too;
+// a NATS list (nats://a,nats://b) is hidden server by server. A database
+// URL's lone user part is a user name and stays.
 func hidePassword(s string) string {
+	if strings.HasPrefix(s, "nats://") || strings.HasPrefix(s, "tls://") {
+		parts := strings.Split(s, ",")
+		for i, p := range parts {
+			if u, err := url.Parse(p); err == nil && u.User != nil {
+				if _, has := u.User.Password(); has {
+					parts[i] = u.Redacted()
+				} else {
+					u.User = url.User("xxxxx")
+					parts[i] = u.String()
+				}
+			}
+		}
+		return strings.Join(parts, ",")
+	}
 	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.User != nil {
 		if _, has := u.User.Password(); has {
 			return u.Redacted()
@@ -310,11 +327,11 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	if e.err != nil {
 		return c, e.err
 	}
-	if err := fs.Parse(args); err != nil {
-		return c, parseError(err)
+	if err := parseFlags(fs, args); err != nil {
+		return c, err
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return c, noArguments(fs)
 	}
 	switch {
 	case c.DBMaxConns < 1:

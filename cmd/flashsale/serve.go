@@ -65,7 +65,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		fmt.Fprintf(stdout, "flashsale profiling on http://%s/debug/pprof/ (admin token required)\n", a.pprofLn.Addr())
 	}
-	log.Info("flashsale serving", "addr", ln.Addr().String(), "nats", cfg.NATSURL, "tracing", cfg.Tracing)
+	log.Info("flashsale serving", "addr", ln.Addr().String(), "nats", hidePassword(cfg.NATSURL), "tracing", cfg.Tracing)
 	fmt.Fprintf(stdout, "flashsale listening on http://%s\n", ln.Addr())
 	return a.serve(ctx, ln)
 }
@@ -73,7 +73,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 func newLogger(cfg config, w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return nil, fmt.Errorf("log-level: %w", err)
+		return nil, fmt.Errorf("log-level: %q is not a level: debug, info, warn or error", cfg.LogLevel)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	var h slog.Handler
@@ -159,15 +159,21 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		if a.embedded, err = orderqueue.StartEmbedded(cfg.DataDir, cfg.NATSSyncAlways); err != nil {
 			return nil, err
 		}
-		a.nc, err = a.embedded.Connect("flashsale")
+		if a.nc, err = a.embedded.Connect("flashsale"); err != nil {
+			return nil, fmt.Errorf("embedded JetStream: %w", err)
+		}
 	} else {
 		if !strings.HasPrefix(cfg.NATSURL, "nats://") && !strings.HasPrefix(cfg.NATSURL, "tls://") {
-			return nil, fmt.Errorf("nats-url must be \"embedded\" or nats://host:port, got %q", cfg.NATSURL)
+			return nil, fmt.Errorf("nats-url must be \"embedded\" or nats://host:port, got %q", hidePassword(cfg.NATSURL))
 		}
 		a.nc, err = orderqueue.Connect(cfg.NATSURL, "flashsale")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("nats: %w", err)
+		if a.embedded != nil || errors.Is(err, orderqueue.ErrDataDirInUse) {
+			return nil, err
+		}
+		a.log.Debug("nats", "err", err)
+		return nil, connectError("NATS", "nats-url", hidePassword(cfg.NATSURL), err)
 	}
 	if a.queue, err = orderqueue.Open(octx, a.nc, orderqueue.Config{AckWait: cfg.AckWait, MaxAge: cfg.StreamRetention, Replicas: cfg.NATSReplicas, Log: log}); err != nil {
 		return nil, err
@@ -297,10 +303,24 @@ func retentionEvery(retention time.Duration) time.Duration {
 
 // openStores connects to the database and Redis.
 func (a *app) openStores(ctx context.Context) (err error) {
+	if err = checkDatabaseURL(a.cfg.DatabaseURL); err != nil {
+		return err
+	}
 	if a.store, err = orderstore.Open(ctx, a.cfg.DatabaseURL, orderstore.Options{MaxConns: int32(a.cfg.DBMaxConns), Logger: a.log, PaymentTimeout: a.cfg.PaymentTimeout}); err != nil {
-		return fmt.Errorf("database: %w", err)
+		a.log.Debug("database", "err", err)
+		return connectError("the database", "database-url", urlHost(a.cfg.DatabaseURL), err)
+	}
+	if _, err = stockgate.ClientOption(a.cfg.RedisURL); err != nil {
+		return fmt.Errorf("redis-url: %q: %s; use redis://[:password@]host:6379/0, rediss:// for TLS, or redis://node1:6379?addr=node2:6379 for a Redis Cluster", hidePassword(a.cfg.RedisURL), innermost(err))
 	}
 	if a.redis, err = stockgate.Dial(a.cfg.RedisURL); err != nil {
+		if strings.Contains(err.Error(), "not a Redis Cluster") {
+			return err
+		}
+		a.log.Debug("redis", "err", err)
+		return connectError("Redis", "redis-url", urlHost(a.cfg.RedisURL), err)
+	}
+	if err = checkRedisVersion(ctx, a.redis, urlHost(a.cfg.RedisURL)); err != nil {
 		return err
 	}
 	a.gate = stockgate.New(a.redis, a.cfg.RedisPrefix)
@@ -382,7 +402,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    httpapi.ServerMaxHeaderBytes, // headers past httpapi.MaxHeaderBytes: 431 in JSON
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)

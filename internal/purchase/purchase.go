@@ -156,8 +156,14 @@ type Result struct {
 	// Duplicate is true when the Idempotency-Key had already made this order.
 	Duplicate bool
 	// Status is StatusQueued (admitted by Redis) or, when the database
-	// fallback sold it, StatusPendingPayment.
+	// fallback sold it, StatusPendingPayment; for a Duplicate, the order's
+	// status as the database knows it (queued while it is not there yet).
 	Status sale.Status
+	// Order is the order a Duplicate made, as the database has it, once it
+	// is there (nil while it is queued, or when the database cannot say):
+	// a retry learns the order's real state (pending payment, paid,
+	// cancelled or failed), not "queued".
+	Order *sale.Order
 }
 
 // Buy admits or refuses a purchase. Errors: sale.ErrInvalid, ErrUnknownSKU,
@@ -169,10 +175,29 @@ type Result struct {
 // refuse are answered from memory: they never reach Redis or the database.
 func (s *Service) Buy(ctx context.Context, req Request) (Result, error) {
 	res, err := s.buy(ctx, req)
+	if err == nil && res.Duplicate {
+		res = s.settled(ctx, req.User, res)
+	}
 	if s.obs != nil {
 		s.obs.Purchase(outcomeOf(err))
 	}
 	return res, err
+}
+
+// settled completes the Result of a retry (Duplicate) with the order as
+// the database has it: one read by primary key, for retries only. An order
+// not there yet (in flight) or a database that cannot say leaves res as it
+// is: the purchase was accepted, its order is queued.
+func (s *Service) settled(ctx context.Context, user string, res Result) Result {
+	if res.Order != nil || s.orders == nil {
+		return res
+	}
+	o, err := s.orders.Order(ctx, res.OrderID)
+	if err != nil || o.User != user {
+		return res
+	}
+	res.Status, res.Order = o.Status, &o
+	return res
 }
 
 func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
@@ -248,7 +273,11 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 			}
 			return Result{}, fmt.Errorf("%w: %v", sale.ErrUnavailable, err)
 		}
-		return Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}, nil
+		res := Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}
+		if dup {
+			res.Order = &o
+		}
+		return res, nil
 	}
 	clk := newWaitClock()
 	defer clk.put()
@@ -361,7 +390,7 @@ func (s *Service) keyInDatabase(ctx context.Context, req Request) (Result, bool)
 		}
 		return Result{}, false
 	}
-	return Result{OrderID: o.ID, Duplicate: true, Status: o.Status}, true
+	return Result{OrderID: o.ID, Duplicate: true, Status: o.Status, Order: &o}, true
 }
 
 // reserve calls the gate. A transport error means the outcome is unknown:

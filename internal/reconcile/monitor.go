@@ -50,7 +50,15 @@ func (m *Monitor) RunOnce(ctx context.Context) (bool, error) {
 		m.last = id // another instance handled it, or nothing changed
 		return false, nil
 	}
-	m.log.Warn("redis restarted, failed over or is new: rebuilding every active sale from the database", "run_id", id, "previous", prev)
+	if prev == "" {
+		// No run id recorded under this prefix: a deployment's first start
+		// (or a Redis that lost every key, which the gate's epoch check
+		// refuses to sell against anyway); either way the load below is
+		// the usual one, not an alarm.
+		m.log.Info("first start on this prefix (no Redis run id recorded): loading every active sale from the database", "run_id", id)
+	} else {
+		m.log.Warn("redis restarted, failed over or is new: rebuilding every active sale from the database", "run_id", id, "previous", prev)
+	}
 	if err := m.rebuild(ctx); err != nil {
 		// Let the next check try again (right after a failover the
 		// cluster's view may still be moving).

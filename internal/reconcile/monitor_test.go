@@ -74,3 +74,29 @@ func TestMonitorRetriesFailedRebuild(t *testing.T) {
 		}
 	}
 }
+
+// TestMonitorFirstStart: the first check on a prefix with no recorded run
+// id is a first start, logged at INFO as such (not a warning that Redis
+// restarted); a later change of run id is the warning.
+func TestMonitorFirstStart(t *testing.T) {
+	ctx := context.Background()
+	src := &runIDs{now: "a"}
+	var logs bytes.Buffer
+	mon := reconcile.NewMonitor(src, func(context.Context) error { return nil }, slog.New(slog.NewTextHandler(&logs, nil)))
+	if rebuilt, err := mon.RunOnce(ctx); err != nil || !rebuilt {
+		t.Fatalf("first start: rebuilt %v, %v; want the load", rebuilt, err)
+	}
+	if got := logs.String(); !strings.Contains(got, `level=INFO msg="first start on this prefix`) || strings.Contains(got, "WARN") {
+		t.Errorf("first start logged:\n%s", got)
+	}
+	logs.Reset()
+	src.mu.Lock()
+	src.now = "b"
+	src.mu.Unlock()
+	if rebuilt, err := mon.RunOnce(ctx); err != nil || !rebuilt {
+		t.Fatalf("restart: rebuilt %v, %v", rebuilt, err)
+	}
+	if got := logs.String(); !strings.Contains(got, `level=WARN msg="redis restarted`) {
+		t.Errorf("restart logged:\n%s", got)
+	}
+}
