@@ -39,6 +39,7 @@ var scenarios = []scenario{
 	{"queue_store_lost", queueStoreLost},
 	{"nats_restarted_empty", natsRestartedEmpty},
 	{"db_resets", dbResets},
+	{"db_read_only", dbReadOnly},
 	{"key_retry_fallback", keyRetryFallback},
 	{"shared_prefix", sharedPrefix},
 	{"pay_races_expiry", payRacesExpiry},
