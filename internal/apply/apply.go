@@ -85,7 +85,10 @@ type Config struct {
 	// Timeout bounds one batch: database transaction plus gate update (default 15s).
 	Timeout time.Duration
 	// Backoff lists the delays of redeliveries after a failure, by attempt
-	// (default 1s, 5s, 15s; the last repeats).
+	// (default 200ms, 1s, 5s; the last repeats). A transient failure (a
+	// reset connection, a deadlock) is usually over at once; the last
+	// delay bounds both the retry rate against a database that does not
+	// answer and how long a message waits once it answers again.
 	Backoff []time.Duration
 	// MaxDeliver is the number of deterministic failures (see the package
 	// doc) after which a message is dead-lettered (default 3). Transient
@@ -114,7 +117,7 @@ func (c Config) withDefaults() Config {
 		c.Timeout = 15 * time.Second
 	}
 	if len(c.Backoff) == 0 {
-		c.Backoff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
+		c.Backoff = []time.Duration{200 * time.Millisecond, time.Second, 5 * time.Second}
 	}
 	if c.MaxDeliver == 0 {
 		c.MaxDeliver = 3
