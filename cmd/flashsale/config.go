@@ -275,7 +275,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.RelayGrace, "relay-grace", "FLASHSALE_RELAY_GRACE", 2*time.Second, "age of an outbox entry before the relay's sweeper re-publishes it")
 	e.dur(&c.RepublishAfter, "inflight-republish-after", "FLASHSALE_INFLIGHT_REPUBLISH_AFTER", 30*time.Second, "a reservation the stream acknowledged and still undecided this long after its acceptance is published again from Redis (the broker lost it); must exceed the normal drain time")
 	e.dur(&c.StreamRetention, "stream-retention", "FLASHSALE_STREAM_RETENTION", 72*time.Hour, "how long reservations every consumer acknowledged stay in the order stream (an unacknowledged one is never removed)")
-	e.dur(&c.AckWait, "ack-wait", "FLASHSALE_ACK_WAIT", 5*time.Second, "how long the broker waits for the consumer's ack before redelivering: how long a dead consumer's messages wait for another (a batch being applied is kept alive with in-progress acks)")
+	e.dur(&c.AckWait, "ack-wait", "FLASHSALE_ACK_WAIT", 3*time.Second, "how long the broker waits for the consumer's ack before redelivering: how long a dead consumer's messages wait for another (a batch being applied is kept alive with in-progress acks)")
 	e.int(&c.MaxDeliver, "max-deliver", "FLASHSALE_MAX_DELIVER", 3, "deliveries of a failing message (database healthy) before it is dead-lettered")
 	e.str(&c.ApplyBackoff, "apply-backoff", "FLASHSALE_APPLY_BACKOFF", "200ms,1s,5s", "redelivery delays after a failed apply, by attempt (the last repeats)")
 	e.dur(&c.BreakerWindow, "breaker-window", "FLASHSALE_BREAKER_WINDOW", 10*time.Second, "rolling window of the Redis circuit breaker")

@@ -94,7 +94,7 @@ type Config struct {
 	// doc) after which a message is dead-lettered (default 3). Transient
 	// failures do not count.
 	MaxDeliver int
-	// AckWait is the stream consumer's ack wait (default 5s, as
+	// AckWait is the stream consumer's ack wait (default 3s, as
 	// orderqueue's): a batch in hand is kept alive with an in-progress ack
 	// every third of it.
 	AckWait time.Duration
@@ -123,7 +123,7 @@ func (c Config) withDefaults() Config {
 		c.MaxDeliver = 3
 	}
 	if c.AckWait == 0 {
-		c.AckWait = 5 * time.Second
+		c.AckWait = 3 * time.Second
 	}
 	return c
 }

@@ -44,9 +44,10 @@ type Config struct {
 	// DuplicateWindow is the broker's Msg-Id de-duplication window (default 2m).
 	DuplicateWindow time.Duration
 	// AckWait is how long a delivered message may stay unacknowledged
-	// (default 5s): how long the messages of a consumer that died wait for
+	// (default 3s): how long the messages of a consumer that died wait for
 	// another. The consumer keeps a batch it works on alive with
-	// in-progress acks, so a slow batch is not redelivered.
+	// in-progress acks (every third of it), so a slow batch is not
+	// redelivered.
 	AckWait time.Duration
 	// MaxAckPending bounds messages delivered and not yet acknowledged (default 20000).
 	MaxAckPending int
@@ -68,7 +69,7 @@ func (c Config) withDefaults() Config {
 		c.DuplicateWindow = 2 * time.Minute
 	}
 	if c.AckWait == 0 {
-		c.AckWait = 5 * time.Second
+		c.AckWait = 3 * time.Second
 	}
 	if c.MaxAckPending == 0 {
 		c.MaxAckPending = 20000
