@@ -205,7 +205,7 @@ func TestOutageHoldsTheBatch(t *testing.T) {
 			until(t, "several tries and in-progress acks", func() bool {
 				st.mu.Lock()
 				defer st.mu.Unlock()
-				return st.calls >= 5 && msgs[0].progress.Load() >= 3 && msgs[1].progress.Load() >= 3
+				return st.calls >= 3 && msgs[0].progress.Load() >= 3 && msgs[1].progress.Load() >= 3
 			})
 			st.setErr(nil)
 			<-done
