@@ -4,11 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -112,44 +110,42 @@ func (ro *readOnly) exec(stmts ...string) {
 	}
 }
 
-// readyWatch polls s's /readyz until stop is closed and reports what it saw:
-// whether it ever answered anything but 200, and whether the consumer's
-// write-refusal check (database-writes) was ever reported unavailable.
-func readyWatch(s *Service, stop <-chan struct{}) (wait func() (non200 int, sawOutage bool)) {
-	var mu sync.Mutex
-	var bad int
-	var saw bool
+// outageWatch polls s's /readyz and the dashboard's overview until stop is
+// closed and reports what it saw: answers of /readyz other than 200, whether
+// /readyz ever reported the consumer's write-refusal check
+// (database-writes) unavailable, and whether the overview ever carried
+// pipeline.database_outage.
+func outageWatch(c *Client, stop <-chan struct{}) (wait func() (non200 int, ready, overview bool)) {
+	var non200 int
+	var ready, overview bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c := &http.Client{Timeout: time.Second}
+		ctx := context.Background()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
-			resp, err := c.Get(s.URL + "/readyz")
-			if err != nil {
-				continue
+			if r := c.Do(ctx, http.MethodGet, "/readyz", ""); r.Err == nil {
+				if r.Status != http.StatusOK {
+					non200++
+				}
+				if checks, _ := r.Body["checks"].(map[string]any); checks["database-writes"] == "unavailable" {
+					ready = true
+				}
 			}
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-			resp.Body.Close()
-			mu.Lock()
-			if resp.StatusCode != http.StatusOK {
-				bad++
+			if r := c.Do(ctx, http.MethodGet, "/admin/v1/overview", "", "Authorization: Bearer "+c.Admin); r.Status == http.StatusOK {
+				if p, _ := r.Body["pipeline"].(map[string]any); p["database_outage"] != nil {
+					overview = true
+				}
 			}
-			if strings.Contains(string(body), `"database-writes":"unavailable"`) {
-				saw = true
-			}
-			mu.Unlock()
 		}
 	}()
-	return func() (int, bool) {
+	return func() (int, bool, bool) {
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return bad, saw
+		return non200, ready, overview
 	}
 }
 
@@ -165,20 +161,23 @@ func dbReadOnly(r *rig) {
 	wait := r.load(c, Load{Buyers: 600, Workers: 16, Rate: 150, TwoKeys: 7, DoubleClick: 5, Tries: 8, For: 20 * time.Second})
 	time.Sleep(1500 * time.Millisecond)
 	stop := make(chan struct{})
-	watched := readyWatch(s, stop)
+	watched := outageWatch(c, stop)
 	ro.on()
 	time.Sleep(8 * time.Second)
 	close(stop)
 	ro.off()
 	healed := time.Now()
-	non200, saw := watched()
+	non200, ready, overview := watched()
 	// The refusal reached the consumer: its error is in the log (at warn).
 	r.res.fired = strings.Contains(s.Log(), "read-only") || strings.Contains(s.Log(), "read_only")
 	if non200 > 0 {
 		r.res.fail("readiness: %d answers other than 200 while purchases went on through Redis", non200)
 	}
-	if !saw {
+	if !ready {
 		r.res.fail("readiness: never reported database-writes unavailable during 8 s of refused writes")
+	}
+	if !overview {
+		r.res.fail("dashboard: the overview never carried pipeline.database_outage during 8 s of refused writes")
 	}
 	r.res.note = "8 s read-only"
 	wait()
