@@ -230,8 +230,11 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 
 	a.lifecycle = release.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.buy, a.isActive, log)
 	a.reconciler = reconcile.NewReconciler(a.sync, a.store, int64(cfg.ReconcileLimit), cfg.AlertWebhook, log, a.metrics)
+	backoff, _ := cfg.backoff()
+	consumer := apply.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.queue, log, a.metrics, apply.Config{
+		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff, AckWait: cfg.AckWait, Tracer: a.tracer})
 	live := &dashboard.Live{DB: a.store, Catalog: cat, Gate: a.gate, Queue: a.queue, Breaker: a.buy.BreakerState,
-		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics}
+		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics, Outage: consumer.Outage}
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
 		Lifecycle: a.lifecycle,
 		Audit:     a.store,
@@ -263,15 +266,17 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 			// critical: every instance shares the broker, so failing readiness
 			// would empty the balancer for a fault the outbox absorbs.
 			{Name: "jetstream-streams", Check: a.queue.Ready},
+			// The database refuses writes (read-only during a switchover, a
+			// full disk) while it answers pings: the consumer holds its
+			// batches until it takes them. Not critical: purchases go on
+			// through Redis, their orders wait in the stream.
+			{Name: "database-writes", Check: databaseWrites(consumer)},
 		},
 	})
 
 	a.metrics.Registry.MustRegister(live.Collector())
 	wctx, wcancel := context.WithCancel(context.Background())
 	a.cancel = wcancel
-	backoff, _ := cfg.backoff()
-	consumer := apply.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.queue, log, a.metrics, apply.Config{
-		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff, Tracer: a.tracer})
 	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
 	a.goRun(func() { a.relay.Run(wctx) })
 	a.goRun(func() { a.queue.RunEnsure(wctx, time.Second, log) })
@@ -294,6 +299,17 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() { a.reconciler.Run(wctx, cfg.ReconcileEvery, a.gate, instanceID(), a.activeSKUs) })
 	a.goRun(func() { events.New(a.store, a.queue, log).Run(wctx, 250*time.Millisecond) })
 	return a, nil
+}
+
+// databaseWrites is the readiness check of the consumer's database outage
+// (apply.Consumer.Outage).
+func databaseWrites(c *apply.Consumer) func(context.Context) error {
+	return func(context.Context) error {
+		if since, reason, ok := c.Outage(); ok {
+			return fmt.Errorf("the consumer holds batches since %s: %s", since.UTC().Format(time.RFC3339), reason)
+		}
+		return nil
+	}
 }
 
 // retentionEvery is the period of the order stream's retention pass.

@@ -45,6 +45,9 @@ type Live struct {
 	// History, if set, holds the recent samples of the charted figures.
 	History *History
 	Metrics *metrics.Metrics
+	// Outage, if set, reports the consumer's wait for a database that
+	// refuses writes (apply.Consumer.Outage).
+	Outage func() (since time.Time, reason string, ok bool)
 }
 
 // DB is the database of record (orderstore.Store): the sales'
@@ -129,6 +132,17 @@ type pipelineOverview struct {
 	QueueAckPending *int    `json:"queue_ack_pending"` // delivered, not yet acknowledged
 	DeadLetters     *uint64 `json:"dead_letters"`
 	Breaker         string  `json:"breaker"`
+	// DatabaseOutage is set while this instance's consumer holds batches
+	// because the database refuses writes (read-only during a switchover,
+	// out of disk): purchases go on through Redis, their orders wait. Null
+	// otherwise.
+	DatabaseOutage *outageOverview `json:"database_outage"`
+}
+
+// outageOverview is a database outage as the consumer sees it.
+type outageOverview struct {
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason"`
 }
 
 // countersOverview is this instance's counters since it started.
@@ -274,9 +288,15 @@ func (l *Live) overviewRedis(ctx context.Context, so *saleOverview, fail func(st
 	}
 }
 
-// overviewPipeline fills in the queue's backlog, the dead letters and the breaker.
+// overviewPipeline fills in the queue's backlog, the dead letters, the
+// breaker and the consumer's database outage.
 func (l *Live) overviewPipeline(ctx context.Context, p *pipelineOverview, fail func(string, error)) {
 	p.Breaker = l.Breaker()
+	if l.Outage != nil {
+		if since, reason, ok := l.Outage(); ok {
+			p.DatabaseOutage = &outageOverview{Since: since.UTC(), Reason: reason}
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, overviewTimeout)
 	defer cancel()
 	if st, err := l.Queue.Stats(ctx); err != nil {
