@@ -86,6 +86,8 @@ const (
 	// reconcile.ClaimPrefix for the hand-over).
 	identityMySQLUUIDSQL = `SELECT CONCAT(@@server_uuid, '/', DATABASE())`
 	identityMariaDBSQL   = `SELECT CONCAT('server_id=', @@server_id, '@', @@hostname, ':', @@port, '/', DATABASE())`
+
+	myUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 )
 
 // DatabaseIdentity names the database itself, apart from the deployment
@@ -98,8 +100,9 @@ func (s *Store) DatabaseIdentity(ctx context.Context) (string, error) {
 	var id string
 	var err error
 	if s.dialect == MySQL {
-		if err = s.DB().QueryRowContext(ctx, identityMySQLUUIDSQL).Scan(&id); err != nil {
-			// MariaDB: "Unknown system variable 'server_uuid'".
+		// MariaDB answers "Unknown system variable 'server_uuid'" (1193);
+		// any other error must not switch a MySQL to the other form.
+		if err = s.DB().QueryRowContext(ctx, identityMySQLUUIDSQL).Scan(&id); mysqlCode(err) == myUnknownSystemVariable {
 			err = s.DB().QueryRowContext(ctx, identityMariaDBSQL).Scan(&id)
 		}
 	} else {
