@@ -40,6 +40,7 @@ var scenarios = []scenario{
 	{"nats_restarted_empty", natsRestartedEmpty},
 	{"db_resets", dbResets},
 	{"key_retry_fallback", keyRetryFallback},
+	{"key_retry_redis_lost", keyRetryRedisLost},
 	{"shared_prefix", sharedPrefix},
 	{"pay_races_expiry", payRacesExpiry},
 }
