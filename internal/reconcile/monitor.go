@@ -48,7 +48,6 @@ type Monitor struct {
 	src     RunIDSource
 	rebuild func(ctx context.Context) error
 	log     *slog.Logger
-	last    string
 	token   string
 	// Lease is the rebuild lease (DefaultRebuildLease if zero). Set it
 	// before the first RunOnce.
@@ -78,18 +77,18 @@ func (m *Monitor) RunOnce(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	// Compared with the record every pass, not with what this instance saw
+	// last: an instance of the previous release puts the old run id back
+	// when its rebuild fails, and may crash before it tries again.
 	var pending string
 	held := false
-	if id != m.last {
-		prev, marked, err := m.src.MarkRunID(ctx, id, m.token, m.lease())
-		if err != nil {
-			return false, err
-		}
-		m.last = id
-		if marked {
-			m.log.Warn("redis restarted, failed over or is new: rebuilding every active sale from the database", "run_id", id, "previous", prev)
-			pending, held = id, true
-		}
+	prev, marked, err := m.src.MarkRunID(ctx, id, m.token, m.lease())
+	if err != nil {
+		return false, err
+	}
+	if marked {
+		m.log.Warn("redis restarted, failed over or is new: rebuilding every active sale from the database", "run_id", id, "previous", prev)
+		pending, held = id, true
 	}
 	if !held {
 		if pending, held, err = m.src.ClaimRebuild(ctx, m.token, m.lease()); err != nil || pending == "" || !held {

@@ -165,3 +165,46 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 		}
 	}
 }
+
+// TestMonitorBesideThePreviousRelease: an instance of the previous release
+// noticed a restart first (its SET GET swapped the run id), and this
+// release's monitors do not rebuild it again; when its rebuild fails it
+// puts the old run id back (and may crash before it tries again): then a
+// monitor of this release rebuilds, once.
+func TestMonitorBesideThePreviousRelease(t *testing.T) {
+	url, prefix := testenv.Redis(t)
+	g := &restartedGate{Gate: stockgate.New(testenv.RedisClient(t, url), prefix)}
+	log := slog.New(slog.DiscardHandler)
+	ctx := t.Context()
+	var rebuilds int
+	m := reconcile.NewMonitor(g, func(context.Context) error { rebuilds++; return nil }, log)
+	g.restart("run-a")
+	if rebuilt, err := m.RunOnce(ctx); err != nil || !rebuilt {
+		t.Fatalf("first check: rebuilt %v, %v", rebuilt, err)
+	}
+	rebuilds = 0
+
+	g.restart("run-b")
+	if prev, err := g.SwapRunID(ctx, "run-b"); err != nil || prev != "run-a" { // the previous release noticed first
+		t.Fatalf("previous release's swap: %q %v", prev, err)
+	}
+	for range 3 {
+		if _, err := m.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rebuilds != 0 {
+		t.Fatalf("a restart the previous release rebuilds: %d rebuilds by this release, want 0", rebuilds)
+	}
+	if _, err := g.SwapRunID(ctx, "run-a"); err != nil { // its rebuild failed: the old id back
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := m.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rebuilds != 1 {
+		t.Fatalf("after the previous release put the old run id back: %d rebuilds, want 1", rebuilds)
+	}
+}
