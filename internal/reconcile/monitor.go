@@ -94,7 +94,7 @@ func (m *Monitor) RunOnce(ctx context.Context) (bool, error) {
 		if pending, held, err = m.src.ClaimRebuild(ctx, m.token, m.lease()); err != nil || pending == "" || !held {
 			return false, err
 		}
-		m.log.Warn("finishing a pending rebuild of every active sale from the database (the instance that began it failed, stopped or crashed)", "run_id", pending)
+		m.log.Warn("redis rebuild pending (the instance that began it failed, stopped or crashed): rebuilding every active sale from the database", "run_id", pending)
 	}
 	err = m.leased(ctx, func(ctx context.Context) error { return m.rebuild(ctx) })
 	// The mark and the lease are ended even when ctx has: a lease freed
