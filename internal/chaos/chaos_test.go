@@ -41,6 +41,7 @@ var scenarios = []scenario{
 	{"db_resets", dbResets},
 	{"db_read_only", dbReadOnly},
 	{"key_retry_fallback", keyRetryFallback},
+	{"key_retry_redis_lost", keyRetryRedisLost},
 	{"shared_prefix", sharedPrefix},
 	{"pay_races_expiry", payRacesExpiry},
 }
