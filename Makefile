@@ -28,7 +28,7 @@ CLUSTER_SHORT_DIALECTS ?= postgres
 CLUSTER_DIALECTS       ?= postgres mysql
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-19s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/flashsale
 	$(GO) build -o bin/flashsale ./cmd/flashsale
@@ -69,7 +69,7 @@ test-cluster: ## The cluster test, full (longer faults, more buyers), on CLUSTER
 			$(GO) test -count=1 -v -timeout 20m -run '^TestCluster$$' ./internal/cluster || exit 1; \
 	done
 
-chaos: ## The whole fault suite (CHAOS: scenario names), one table row per fault, on PostgreSQL then MariaDB (about 10 min each)
+chaos: ## The fault suite, every scenario (or CHAOS=name,name; docs/faults.md lists them), one table row per fault, on PostgreSQL then MariaDB
 	@status=0; for d in postgres mysql; do \
 		FLASHSALE_CHAOS="$(CHAOS)" FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
 			$(GO) test -count=1 -v -timeout 40m -run '^TestChaos$$' ./internal/chaos || status=1; \
@@ -97,7 +97,7 @@ run: ## Ensure what running needs (PostgreSQL, Redis: ensure-services.sh --run),
 	scripts/ensure-services.sh --run
 	$(GO) run ./cmd/flashsale demo
 
-ci: ## What CI runs: vet, test, bench once
+ci: ## vet, test, then every benchmark once (CI runs .ci/run: also staticcheck and make fuzz)
 	$(MAKE) vet
 	$(MAKE) test
 	$(MAKE) bench

@@ -185,7 +185,14 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"cancel another's order", "POST", alices + "/cancel", ``, []string{auth}, 404, "order_not_found"},
 		{"pay another's order", "POST", alices + "/pay", ``, []string{auth}, 404, "order_not_found"},
 		{"cancel a malformed order id", "POST", "/api/v1/orders/not-an-id/cancel", ``, []string{auth}, 404, "order_not_found"},
-		{"sku view with an odd id", "GET", "/api/v1/skus/s%27%20OR%201=1", ``, nil, 404, "unknown_sku"},
+		{"sku view with an odd id", "GET", "/api/v1/skus/s%27%20OR%201=1", ``, nil, 400, "invalid_request"},
+		{"sku view with a long id", "GET", "/api/v1/skus/" + strings.Repeat("s", 65), ``, nil, 400, "invalid_request"},
+		{"admin sku with an odd id", "GET", "/admin/v1/skus/s%27", ``, []string{"Authorization: Bearer " + testAdmin}, 400, "invalid_request"},
+		{"patch with an odd id", "PATCH", "/admin/v1/skus/s%27", `{"stock":1}`, []string{"Authorization: Bearer " + testAdmin}, 400, "invalid_request"},
+		{"restock with an odd id", "POST", "/admin/v1/skus/s%27/restock", `{"delta":1}`, []string{"Authorization: Bearer " + testAdmin}, 400, "invalid_request"},
+		{"warmup with an odd id", "POST", "/admin/v1/skus/s%27/warmup", ``, []string{"Authorization: Bearer " + testAdmin}, 400, "invalid_request"},
+		{"audit with an odd id", "GET", "/admin/v1/skus/s%27/audit", ``, []string{"Authorization: Bearer " + testAdmin}, 400, "invalid_request"},
+		{"put with an odd id", "PUT", "/admin/v1/skus/s%27", `{"stock":1,"per_user_limit":1}`, []string{"Authorization: Bearer " + testAdmin}, 400, "invalid_request"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -217,7 +224,7 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		again := h.buy("carol", "s", 2, "checkout-42")
-		if again.Status != http.StatusAccepted || again.str("order_id") != first.str("order_id") {
+		if !purchaseAccepted(again) || again.str("order_id") != first.str("order_id") {
 			t.Fatalf("retry %d: %d %s, want order %s", i, again.Status, again.Raw, first.str("order_id"))
 		}
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 // config is every setting of serve (and demo). Each flag falls back to an
-// environment variable; the README's configuration table lists them.
+// environment variable; docs/configuration.md lists them.
 type config struct {
 	HTTPAddr        string
 	DatabaseURL     string
@@ -227,7 +227,24 @@ var (
 
 // hidePassword replaces the password of a database, Redis or NATS URL (or of a
 // PostgreSQL keyword/value or MySQL DSN) with xxxxx.
+// A NATS URL's lone user part is a token (nats://TOKEN@host), hidden too;
+// a NATS list (nats://a,nats://b) is hidden server by server. A database
+// URL's lone user part is a user name and stays.
 func hidePassword(s string) string {
+	if strings.HasPrefix(s, "nats://") || strings.HasPrefix(s, "tls://") {
+		parts := strings.Split(s, ",")
+		for i, p := range parts {
+			if u, err := url.Parse(p); err == nil && u.User != nil {
+				if _, has := u.User.Password(); has {
+					parts[i] = u.Redacted()
+				} else {
+					u.User = url.User("xxxxx")
+					parts[i] = u.String()
+				}
+			}
+		}
+		return strings.Join(parts, ",")
+	}
 	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.User != nil {
 		if _, has := u.User.Password(); has {
 			return u.Redacted()
@@ -275,9 +292,9 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.RelayGrace, "relay-grace", "FLASHSALE_RELAY_GRACE", 2*time.Second, "age of an outbox entry before the relay's sweeper re-publishes it")
 	e.dur(&c.RepublishAfter, "inflight-republish-after", "FLASHSALE_INFLIGHT_REPUBLISH_AFTER", 30*time.Second, "a reservation the stream acknowledged and still undecided this long after its acceptance is published again from Redis (the broker lost it); must exceed the normal drain time")
 	e.dur(&c.StreamRetention, "stream-retention", "FLASHSALE_STREAM_RETENTION", 72*time.Hour, "how long reservations every consumer acknowledged stay in the order stream (an unacknowledged one is never removed)")
-	e.dur(&c.AckWait, "ack-wait", "FLASHSALE_ACK_WAIT", 30*time.Second, "how long the broker waits for the consumer's ack before redelivering")
+	e.dur(&c.AckWait, "ack-wait", "FLASHSALE_ACK_WAIT", 3*time.Second, "how long the broker waits for the consumer's ack before redelivering: how long a dead consumer's messages wait for another (a batch being applied is kept alive with in-progress acks)")
 	e.int(&c.MaxDeliver, "max-deliver", "FLASHSALE_MAX_DELIVER", 3, "deliveries of a failing message (database healthy) before it is dead-lettered")
-	e.str(&c.ApplyBackoff, "apply-backoff", "FLASHSALE_APPLY_BACKOFF", "1s,5s,15s", "redelivery delays after a failed apply, by attempt (the last repeats)")
+	e.str(&c.ApplyBackoff, "apply-backoff", "FLASHSALE_APPLY_BACKOFF", "200ms,1s,5s", "redelivery delays after a failed apply, by attempt (the last repeats)")
 	e.dur(&c.BreakerWindow, "breaker-window", "FLASHSALE_BREAKER_WINDOW", 10*time.Second, "rolling window of the Redis circuit breaker")
 	e.float(&c.BreakerRatio, "breaker-ratio", "FLASHSALE_BREAKER_RATIO", 0.5, "error ratio in the window that opens the breaker")
 	e.int(&c.BreakerMinReqs, "breaker-min-requests", "FLASHSALE_BREAKER_MIN_REQUESTS", 20, "calls the window must hold before the breaker may open")
@@ -310,11 +327,11 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	if e.err != nil {
 		return c, e.err
 	}
-	if err := fs.Parse(args); err != nil {
-		return c, parseError(err)
+	if err := parseFlags(fs, args); err != nil {
+		return c, err
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return c, noArguments(fs)
 	}
 	switch {
 	case c.DBMaxConns < 1:

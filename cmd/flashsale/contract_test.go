@@ -181,7 +181,7 @@ func TestOpenAPIContract(t *testing.T) {
 	r := c.call(201, true, "PUT", "/admin/v1/skus/c", `{"stock":10,"per_user_limit":2}`, admin)
 	adminSKU(t, r, 10, 0, 10)
 	r = c.call(200, true, "PUT", "/admin/v1/skus/c", `{"stock":10,"per_user_limit":2,"starts_at":null,"ends_at":"2999-01-01T00:00:00Z"}`, admin)
-	if r.str("ends_at") != "2999-01-01T00:00:00Z" || r.Body["created"] != false {
+	if r.str("ends_at") != "2999-01-01T00:00:00.000Z" || r.Body["created"] != false {
 		t.Fatal(r.Raw)
 	}
 	c.call(401, true, "PUT", "/admin/v1/skus/c", `{"stock":10,"per_user_limit":2}`)
@@ -199,7 +199,7 @@ func TestOpenAPIContract(t *testing.T) {
 	// PATCH: only the fields present change; null clears; strict input.
 	r = c.call(200, true, "PATCH", "/admin/v1/skus/c", `{"stock":12}`, admin, merge)
 	adminSKU(t, r, 12, 0, 12)
-	if r.str("ends_at") != "2999-01-01T00:00:00Z" || r.Body["per_user_limit"] != float64(2) {
+	if r.str("ends_at") != "2999-01-01T00:00:00.000Z" || r.Body["per_user_limit"] != float64(2) {
 		t.Fatalf("patch of stock changed more: %s", r.Raw)
 	}
 	r = c.call(200, true, "PATCH", "/admin/v1/skus/c", `{"ends_at":null,"per_user_limit":3}`, admin)
@@ -238,7 +238,7 @@ func TestOpenAPIContract(t *testing.T) {
 	// Buyers.
 	c.call(200, true, "GET", "/api/v1/skus/c", "")
 	c.call(404, true, "GET", "/api/v1/skus/nope", "")
-	c.call(404, false, "GET", "/api/v1/skus/bad!id", "")
+	c.call(400, false, "GET", "/api/v1/skus/bad!id", "")
 	order := func(u, key string) string {
 		t.Helper()
 		r := c.call(202, true, "POST", "/api/v1/orders", `{"sku_id":"c","quantity":1}`, user(u), "Idempotency-Key: "+key)
@@ -320,7 +320,7 @@ func TestOpenAPIContract(t *testing.T) {
 	c.call(200, true, "GET", fmt.Sprintf("/admin/v1/skus/c/audit?after=%v", r.Body["next_after"]), "", admin)
 	c.call(400, false, "GET", "/admin/v1/skus/c/audit?limit=0", "", admin)
 	c.call(400, false, "GET", "/admin/v1/skus/c/audit?after=x", "", admin)
-	c.call(404, false, "GET", "/admin/v1/skus/bad!id/audit", "", admin)
+	c.call(400, false, "GET", "/admin/v1/skus/bad!id/audit", "", admin)
 
 	// Reconcile, overview.
 	c.call(200, true, "POST", "/admin/v1/reconcile", "", admin)

@@ -137,8 +137,14 @@ func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, 
 		}()
 	}
 	ticker := time.NewTicker(200 * time.Millisecond)
+	// On a terminal the progress line is redrawn in place; elsewhere (a
+	// file, a pipe, CI) only the final one is written, with no \r.
+	tty := isTerminal(out)
 	progress := func() {
-		fmt.Fprintf(out, "\r  %6.2fs  accepted %4d  sold_out %5d  limit_reached %4d  other %d   ",
+		if tty {
+			fmt.Fprint(out, "\r")
+		}
+		fmt.Fprintf(out, "  %6.2fs  accepted %4d  sold_out %5d  limit_reached %4d  other %d   ",
 			time.Since(start).Seconds(), counts["accepted"].Load(), counts["sold_out"].Load(), counts["limit_reached"].Load(), counts["other"].Load())
 	}
 	go func() {
@@ -152,7 +158,9 @@ func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, 
 	for waiting := true; waiting; {
 		select {
 		case <-ticker.C:
-			progress()
+			if tty {
+				progress()
+			}
 		case <-done:
 			waiting = false
 		}
@@ -187,23 +195,24 @@ func demoSale(ctx context.Context, a *app, base string, cfg config, sku string, 
 	return nil
 }
 
-// printTryIt prints the commands a newcomer can paste while the demo runs:
-// read the sale, restock it by 10 (a PUT keeps the sale's end), buy as
-// alice, and mint a token for any other buyer. The demo's own buyers never
+// printTryIt prints the commands a newcomer can paste while the demo runs,
+// as the README advises them: read the sale, restock it by a delta of 10,
+// buy as alice with an Idempotency-Key (a retry is safe), and mint a token
+// for any other buyer from the source tree. The demo's own buyers never
 // touch this SKU afterwards, so each works as printed (TestDemoCommands
 // runs them).
 func printTryIt(out io.Writer, base string, cfg config, sku string, stock int, secretFromEnv bool) {
 	userTok, _ := httpapi.Sign(cfg.UserTokenSecret, "alice", 24*time.Hour)
 	fmt.Fprintf(out, "\nTry it:\n  curl %s/api/v1/skus/%s\n", base, sku)
-	fmt.Fprintf(out, "  curl -X PUT -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n       -d '{\"stock\":%d,\"per_user_limit\":1,\"ends_at\":\"%s\"}' %s/admin/v1/skus/%s   # restock 10\n",
-		cfg.AdminToken, stock+10, demoEnds(sku), base, sku)
-	fmt.Fprintf(out, "  curl -X POST -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n       -d '{\"sku_id\":\"%s\",\"quantity\":1}' %s/api/v1/orders   # buy as alice\n", userTok, sku, base)
+	fmt.Fprintf(out, "  curl -X POST -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n       -d '{\"delta\":10}' %s/admin/v1/skus/%s/restock   # restock 10 more\n",
+		cfg.AdminToken, base, sku)
+	fmt.Fprintf(out, "  curl -X POST -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -H 'Idempotency-Key: alice-1' \\\n       -d '{\"sku_id\":\"%s\",\"quantity\":1}' %s/api/v1/orders   # buy as alice (a retry with the same key is safe)\n", userTok, sku, base)
 	if secretFromEnv {
-		fmt.Fprintln(out, "\nTokens for other buyers (signed with your $FLASHSALE_USER_TOKEN_SECRET):")
-		fmt.Fprintln(out, "  flashsale token -user bob")
+		fmt.Fprintln(out, "\nTokens for other buyers (signed with your $FLASHSALE_USER_TOKEN_SECRET), from the source tree:")
+		fmt.Fprintln(out, "  go run ./cmd/flashsale token -user bob")
 	} else {
-		fmt.Fprintln(out, "\nTokens for other buyers (this run's user-token secret is random; from the source tree use go run ./cmd/flashsale):")
-		fmt.Fprintf(out, "  flashsale token -user-token-secret %s -user bob\n", cfg.UserTokenSecret)
+		fmt.Fprintln(out, "\nTokens for other buyers (this run's user-token secret is random), from the source tree:")
+		fmt.Fprintf(out, "  go run ./cmd/flashsale token -user-token-secret %s -user bob\n", cfg.UserTokenSecret)
 	}
 }
 

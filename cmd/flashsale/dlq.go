@@ -25,26 +25,31 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 		fmt.Fprintln(stderr, "Usage: flashsale dlq [flags] list | replay SEQ | discard SEQ")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	rest := fs.Args()
-	if len(rest) == 0 {
-		fs.Usage()
-		return errUsage
-	}
 	var method, path string
 	switch {
+	case len(rest) == 0:
+		return errors.New("dlq needs an action: list, replay SEQ or discard SEQ (flashsale dlq -h)")
 	case rest[0] == "list" && len(rest) == 1:
 		method, path = http.MethodGet, "/admin/v1/dlq?limit=1000"
-	case (rest[0] == "replay" || rest[0] == "discard") && len(rest) == 2:
+	case rest[0] == "list":
+		return fmt.Errorf("dlq list takes no arguments, got %q (flags go before the action)", rest[1:])
+	case rest[0] == "replay" || rest[0] == "discard":
+		if len(rest) != 2 {
+			return fmt.Errorf("dlq %s needs one SEQ, a dead letter's sequence number (see dlq list), got %d arguments", rest[0], len(rest)-1)
+		}
 		if _, err := strconv.ParseUint(rest[1], 10, 64); err != nil {
 			return fmt.Errorf("SEQ must be a dead letter's sequence number (see dlq list), got %q", rest[1])
 		}
 		method, path = http.MethodPost, "/admin/v1/dlq/"+rest[1]+"/"+rest[0]
 	default:
-		fs.Usage()
-		return errUsage
+		return fmt.Errorf("dlq: unknown action %q: want list, replay SEQ or discard SEQ", rest[0])
+	}
+	if *token == "" {
+		return errNoAdminToken
 	}
 	body, err := adminRequest(ctx, *url, *token, method, path)
 	if err != nil {
@@ -78,6 +83,10 @@ func runDLQ(ctx context.Context, args []string, getenv func(string) string, stdo
 	return nil
 }
 
+// errNoAdminToken is the error of an admin subcommand run without a token:
+// said before anything is sent (the API would answer 401).
+var errNoAdminToken = errors.New("the admin API needs its token: set FLASHSALE_ADMIN_TOKEN (or -admin-token) to the running instance's admin token")
+
 // adminRequest calls a running instance's admin API and returns the body of
 // a 200 answer; any other answer is an error quoting the API's error.
 func adminRequest(ctx context.Context, base, token, method, path string) ([]byte, error) {
@@ -90,7 +99,10 @@ func adminRequest(ctx context.Context, base, token, method, path string) ([]byte
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s gave no answer in time: is it running and is -url right?", base)
+		}
+		return nil, fmt.Errorf("cannot reach flashsale at %s: is it running there (flashsale serve) and is -url (or FLASHSALE_URL) right?", base)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -94,7 +94,7 @@ func TestKeyAcrossTheFallback(t *testing.T) {
 	for i := 0; i < 5 && retry1.Status == http.StatusServiceUnavailable; i++ {
 		retry1 = h.buy("alice", "f", 1, "k1")
 	}
-	if retry1.Status != http.StatusAccepted {
+	if !purchaseAccepted(retry1) {
 		t.Fatalf("k1's retry through the fallback: %d %s", retry1.Status, retry1.Raw)
 	}
 	kept1 := retry1.str("order_id")
@@ -105,7 +105,7 @@ func TestKeyAcrossTheFallback(t *testing.T) {
 		t.Fatalf("breaker %s, want still open", st)
 	}
 	retry2 := h.buy("bob", "f", 1, "k2")
-	if retry2.Status != http.StatusAccepted || retry2.str("order_id") != first2 {
+	if !purchaseAccepted(retry2) || retry2.str("order_id") != first2 {
 		t.Errorf("k2's retry while the breaker is open and redis answers: %d %s, want the reservation in flight %s",
 			retry2.Status, retry2.Raw, first2)
 	}
@@ -122,7 +122,7 @@ func TestKeyAcrossTheFallback(t *testing.T) {
 			t.Errorf("%s's key %s: live orders %v, want exactly [%s]", c.user, c.key, live, c.want)
 		}
 		r := h.buy(c.user, "f", 1, c.key)
-		if r.Status != http.StatusAccepted || r.str("order_id") != c.want {
+		if r.Status != http.StatusOK || r.str("order_id") != c.want || r.str("status") != string(sale.StatusPendingPayment) {
 			t.Errorf("%s retrying %s through the gate: %d %s, want order %s", c.user, c.key, r.Status, r.Raw, c.want)
 		}
 	}
@@ -153,7 +153,7 @@ func TestKeyRetryFindsItsOrder(t *testing.T) {
 	if r := h.buy("carol", "k", 1, ""); r.Status != http.StatusTooManyRequests {
 		t.Fatalf("a new purchase within the user's interval: %d %s, want 429", r.Status, r.Raw)
 	}
-	if r := h.buy("carol", "k", 1, "c1"); r.Status != http.StatusAccepted || r.str("order_id") != id {
+	if r := h.buy("carol", "k", 1, "c1"); !purchaseAccepted(r) || r.str("order_id") != id {
 		t.Errorf("retry while rate limited: %d %s, want order %s", r.Status, r.Raw, id)
 	}
 	settle(t, h.a, "k", []string{id, other.str("order_id")}, 20*time.Second)
@@ -161,7 +161,7 @@ func TestKeyRetryFindsItsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// dave is not rate limited here: what stood in the way was the fence.
-	if r := h.buy("dave", "k", 1, "d1"); r.Status != http.StatusAccepted || r.str("order_id") != other.str("order_id") {
+	if r := h.buy("dave", "k", 1, "d1"); r.Status != http.StatusOK || r.str("order_id") != other.str("order_id") {
 		t.Errorf("retry while the sale is being loaded: %d %s, want order %s", r.Status, r.Raw, other.str("order_id"))
 	}
 }
@@ -218,11 +218,76 @@ func TestKeyFallbackThenAnotherInstance(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	r := b.buy("erin", "m", 1, "e1")
-	if r.Status != http.StatusAccepted || r.str("order_id") != id {
+	if r.Status != http.StatusOK || r.str("order_id") != id || r.str("status") != string(sale.StatusPendingPayment) {
 		t.Errorf("retry through b's gate: %d %s, want the direct sale %s", r.Status, r.Raw, id)
 	}
 	settle(t, b.a, "m", []string{id}, 20*time.Second)
 	if live := liveOrders(t, b, "m", "erin"); len(live) != 1 || live[0] != id {
 		t.Errorf("erin's live orders %v, want exactly [%s]", live, id)
+	}
+}
+
+// purchaseAccepted reports whether r accepts a purchase: 202 (queued, or sold by
+// the database fallback), or 200 with the order for a retry of a purchase
+// the database has decided.
+func purchaseAccepted(r reply) bool {
+	return r.Status == http.StatusAccepted || r.Status == http.StatusOK && r.str("order_id") != "" && r.str("status") != ""
+}
+
+// TestKeyRetryAnswersTheOrdersState: a retry with an Idempotency-Key
+// answers the order's real state: 202 queued while it is in flight, then
+// 200 with the order (as GET shows it) once the database has it: pending
+// payment, paid (with its payment_ref), cancelled. Nothing more is taken.
+func TestKeyRetryAnswersTheOrdersState(t *testing.T) {
+	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_RELAY_GRACE", "30s", "FLASHSALE_STREAM_ACK_TIMEOUT", "0s"))
+	h.mustPutSKU("r", 10, 2)
+	h.mustPutSKU("rq", 10, 2)
+
+	// In flight: accepted in Redis, not published yet (its own SKU, which
+	// is never settled).
+	queued := acceptInGate(t, h, "rq", "quinn", "q1")
+	if r := h.buy("quinn", "rq", 1, "q1"); r.Status != http.StatusAccepted || r.str("order_id") != queued || r.str("status") != "queued" {
+		t.Errorf("retry of an order in flight: %d %s, want 202 queued %s", r.Status, r.Raw, queued)
+	}
+
+	pay := h.buy("paula", "r", 1, "p1")
+	cancel := h.buy("carl", "r", 1, "c1")
+	pend := h.buy("pete", "r", 1, "e1")
+	for _, r := range []reply{pay, cancel, pend} {
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("first attempt: %d %s", r.Status, r.Raw)
+		}
+	}
+	settle(t, h.a, "r", []string{pay.str("order_id"), cancel.str("order_id"), pend.str("order_id")}, 20*time.Second)
+	if r := h.do(http.MethodPost, "/api/v1/orders/"+pay.str("order_id")+"/pay", `{"payment_ref":"psp-42"}`,
+		"Authorization: Bearer "+userToken(t, "paula"), "Content-Type: application/json"); r.Status != http.StatusOK || r.str("payment_ref") != "psp-42" {
+		t.Fatalf("pay: %d %s, want 200 with payment_ref psp-42", r.Status, r.Raw)
+	}
+	if r := h.do(http.MethodPost, "/api/v1/orders/"+cancel.str("order_id")+"/cancel", "", "Authorization: Bearer "+userToken(t, "carl")); r.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	for _, c := range []struct {
+		user, key, id string
+		status        sale.Status
+		field, value  string
+	}{
+		{"pete", "e1", pend.str("order_id"), sale.StatusPendingPayment, "", ""},
+		{"paula", "p1", pay.str("order_id"), sale.StatusPaid, "payment_ref", "psp-42"},
+		{"carl", "c1", cancel.str("order_id"), sale.StatusCancelled, "cancel_reason", sale.CancelByUser},
+	} {
+		r := h.buy(c.user, "r", 1, c.key)
+		if r.Status != http.StatusOK || r.str("order_id") != c.id || r.str("status") != string(c.status) {
+			t.Errorf("retry of a %s order: %d %s, want 200 %s %s", c.status, r.Status, r.Raw, c.status, c.id)
+		}
+		if c.field != "" && r.str(c.field) != c.value {
+			t.Errorf("retry of a %s order: %s %q, want %q", c.status, c.field, r.str(c.field), c.value)
+		}
+		get := h.do(http.MethodGet, "/api/v1/orders/"+c.id, "", "Authorization: Bearer "+userToken(t, c.user))
+		if get.Raw != r.Raw {
+			t.Errorf("retry of a %s order answers\n%s\nGET answers\n%s", c.status, r.Raw, get.Raw)
+		}
+	}
+	if live := liveOrders(t, h, "r", "carl"); len(live) != 0 {
+		t.Errorf("carl's live orders after the cancel and its retry: %v, want none", live)
 	}
 }

@@ -230,7 +230,7 @@ func TestKillAfterCommitBeforeAck(t *testing.T) {
 	h = procClient(t, p.url)
 	for _, i := range unanswered {
 		r := h.buy(fmt.Sprintf("u%d", i), "c", 1, fmt.Sprintf("key-%d", i))
-		if r.Status != http.StatusAccepted {
+		if !purchaseAccepted(r) {
 			t.Fatalf("retry of unanswered request %d: %d %s", i, r.Status, r.Raw)
 		}
 		accepted = append(accepted, r.str("order_id"))

@@ -10,7 +10,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -28,14 +32,80 @@ func main() {
 // errUsage is a usage error already explained on stderr (exit status 1).
 var errUsage = errors.New("usage")
 
-// parseError is what a subcommand returns for an error of fs.Parse: the flag
-// package has already printed it (or the help, for -h: flag.ErrHelp, which
-// run turns into success).
-func parseError(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
+// parseFlags parses args into fs. -h prints fs.Usage and returns
+// flag.ErrHelp (run turns it into success); a bad flag prints one line
+// saying what is wrong, in the words of the environment variables'
+// messages, and where the flags are listed, and returns errUsage. The
+// whole help is printed only when asked for.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	out, help := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = help
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		help()
 		return flag.ErrHelp
 	}
+	fmt.Fprintf(out, "flashsale %s: %s\nRun 'flashsale %s -h' for its flags.\n", fs.Name(), flagErrorText(fs, err), fs.Name())
 	return errUsage
+}
+
+// badFlagValue is how the flag package reports a value its flag refuses.
+var badFlagValue = regexp.MustCompile(`^invalid (?:boolean )?value "((?:[^"\\]|\\.)*)" for (?:flag )?-([^:]+): (.*)$`)
+
+// flagErrorText rewords the flag package's error: a value of the wrong kind
+// reads as the environment's message does (-apply-batch: "x" is not a
+// whole number); a custom flag's own reason is kept.
+func flagErrorText(fs *flag.FlagSet, err error) string {
+	m := badFlagValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err.Error()
+	}
+	value, name, reason := m[1], m[2], m[3]
+	if v, uerr := strconv.Unquote(`"` + value + `"`); uerr == nil {
+		value = v
+	}
+	if f := fs.Lookup(name); f != nil && (reason == "parse error" || reason == "value out of range") {
+		if g, ok := f.Value.(flag.Getter); ok {
+			switch g.Get().(type) {
+			case int, int64, uint, uint64:
+				reason = "is not a whole number"
+				if strings.HasSuffix(m[3], "out of range") {
+					reason = "is out of range"
+				}
+			case float64:
+				reason = "is not a number"
+			case bool:
+				reason = "is not true or false"
+			case time.Duration:
+				reason = "is not a duration (e.g. 90s, 15m)"
+			}
+			return fmt.Sprintf("-%s: %q %s", name, value, reason)
+		}
+	}
+	return fmt.Sprintf("-%s: %q: %s", name, value, reason)
+}
+
+// isTerminal reports whether w is a terminal (a character device), where
+// a progress line may be redrawn in place with \r.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// noArguments is the error of a subcommand that takes no arguments and was
+// given some.
+func noArguments(fs *flag.FlagSet) error {
+	return fmt.Errorf("%s takes no arguments, got %q (flags go before them: flashsale %s -h lists them)", fs.Name(), fs.Args(), fs.Name())
 }
 
 // commandUsage is the -h text of a subcommand: what it does and its flags.
@@ -99,6 +169,6 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nUsage: flashsale <subcommand> [flags]   (flashsale <subcommand> -h for its flags)")
 	fmt.Fprintln(w, "\nSubcommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 }

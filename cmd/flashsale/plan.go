@@ -80,12 +80,11 @@ func runPlan(ctx context.Context, args []string, getenv func(string) string, std
 	fs.IntVar(&s.NATSReplicas, "nats-replicas", 3, "replicas of the streams (FLASHSALE_NATS_REPLICAS)")
 	fs.IntVar(&s.Batch, "batch", 1000, "apply batch (FLASHSALE_APPLY_BATCH)")
 	fs.StringVar(&bench, "from-bench", "", "take the handler and Redis costs from a `report.json` of flashsale bench -json (flags given explicitly win)")
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
+		return noArguments(fs)
 	}
 	source := "measured defaults (docs/scaling.md)"
 	if bench != "" {

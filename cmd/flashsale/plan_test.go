@@ -64,7 +64,7 @@ func TestPlanBadFlags(t *testing.T) {
 		want string // in the error or on stderr
 	}{
 		{[]string{"-rate", "0"}, "rate must be above 0"},
-		{[]string{"-rate", "abc"}, `invalid value "abc" for flag -rate`},
+		{[]string{"-rate", "abc"}, `-rate: "abc" is not a number`},
 		{[]string{"-hot-share", "2"}, "hot-share must be in 0..1"},
 		{[]string{"-headroom", "0"}, "headroom must be in (0, 1]"},
 		{[]string{"-db-us", "0"}, "must be above 0"},
@@ -72,7 +72,7 @@ func TestPlanBadFlags(t *testing.T) {
 		{[]string{"-from-bench", filepath.Join(dir, "missing.json")}, "no such file"},
 		{[]string{"-from-bench", garbage}, "not a bench report"},
 		{[]string{"-from-bench", empty}, "neither baselines.redis_gate_rps"},
-		{[]string{"extra"}, "Usage: flashsale plan"},
+		{[]string{"extra"}, `plan takes no arguments, got ["extra"]`},
 	} {
 		_, stderr, err := runPlanArgs(tc.args...)
 		if err == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/flashsale/flashsale/internal/apply"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/orderstore"
@@ -18,7 +19,7 @@ import (
 // database fallback still sells. Every other check only reports, with its
 // reason, as degraded; a check that must take the instance out answers
 // httpapi.Unready. Add a dependency's state here: one named check each.
-func (a *app) readyChecks() []httpapi.Checker {
+func (a *app) readyChecks(consumer *apply.Consumer) []httpapi.Checker {
 	return []httpapi.Checker{
 		{Name: "purchases", Critical: true, Check: a.purchasesCheck},
 		// Named after the dialect: "postgres" or "mysql".
@@ -34,6 +35,11 @@ func (a *app) readyChecks() []httpapi.Checker {
 		// The broker answers and has the streams but acknowledges no
 		// publish (a full disk): purchases wait in the outbox.
 		{Name: "jetstream-publish", Check: a.publishCheck},
+		// The database refuses writes (read-only during a switchover, a
+		// full disk) while it answers pings: the consumer holds its
+		// batches until it takes them. Purchases go on through Redis,
+		// their orders wait in the stream.
+		{Name: "database-writes", Check: degradedBy("the database refuses writes: orders wait in the stream until it takes them", databaseWrites(consumer))},
 	}
 }
 

@@ -19,12 +19,14 @@ func runReconcile(ctx context.Context, args []string, getenv func(string) string
 	url, token := adminFlags(fs, getenv)
 	asJSON := fs.Bool("json", false, "print the API's JSON")
 	fs.Usage = func() { commandUsage(fs, "reconcile") }
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
+		return noArguments(fs)
+	}
+	if *token == "" {
+		return errNoAdminToken
 	}
 	body, err := adminRequest(ctx, *url, *token, http.MethodPost, "/admin/v1/reconcile")
 	if err != nil {

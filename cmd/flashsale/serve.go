@@ -65,7 +65,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		fmt.Fprintf(stdout, "flashsale profiling on http://%s/debug/pprof/ (admin token required)\n", a.pprofLn.Addr())
 	}
-	log.Info("flashsale serving", "addr", ln.Addr().String(), "nats", cfg.NATSURL, "tracing", cfg.Tracing)
+	log.Info("flashsale serving", "addr", ln.Addr().String(), "nats", hidePassword(cfg.NATSURL), "tracing", cfg.Tracing)
 	fmt.Fprintf(stdout, "flashsale listening on http://%s\n", ln.Addr())
 	return a.serve(ctx, ln)
 }
@@ -73,7 +73,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 func newLogger(cfg config, w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return nil, fmt.Errorf("log-level: %w", err)
+		return nil, fmt.Errorf("log-level: %q is not a level: debug, info, warn or error", cfg.LogLevel)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	var h slog.Handler
@@ -162,15 +162,21 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		if a.embedded, err = orderqueue.StartEmbedded(cfg.DataDir, cfg.NATSSyncAlways, log); err != nil {
 			return nil, err
 		}
-		a.nc, err = a.embedded.Connect("flashsale")
+		if a.nc, err = a.embedded.Connect("flashsale"); err != nil {
+			return nil, fmt.Errorf("embedded JetStream: %w", err)
+		}
 	} else {
 		if !strings.HasPrefix(cfg.NATSURL, "nats://") && !strings.HasPrefix(cfg.NATSURL, "tls://") {
-			return nil, fmt.Errorf("nats-url must be \"embedded\" or nats://host:port, got %q", cfg.NATSURL)
+			return nil, fmt.Errorf("nats-url must be \"embedded\" or nats://host:port, got %q", hidePassword(cfg.NATSURL))
 		}
 		a.nc, err = orderqueue.Connect(cfg.NATSURL, "flashsale")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("nats: %w", err)
+		if a.embedded != nil || errors.Is(err, orderqueue.ErrDataDirInUse) {
+			return nil, err
+		}
+		a.log.Debug("nats", "err", err)
+		return nil, connectError("NATS", "nats-url", hidePassword(cfg.NATSURL), err)
 	}
 	if a.queue, err = orderqueue.Open(octx, a.nc, orderqueue.Config{AckWait: cfg.AckWait, MaxAge: cfg.StreamRetention, Replicas: cfg.NATSReplicas, Log: log}); err != nil {
 		return nil, err
@@ -227,8 +233,11 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 
 	a.lifecycle = release.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.buy, a.isActive, log)
 	a.reconciler = reconcile.NewReconciler(a.sync, a.store, int64(cfg.ReconcileLimit), cfg.AlertWebhook, log, a.metrics)
+	backoff, _ := cfg.backoff()
+	consumer := apply.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.queue, log, a.metrics, apply.Config{
+		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff, AckWait: cfg.AckWait, Tracer: a.tracer})
 	live := &dashboard.Live{DB: a.store, Catalog: cat, Gate: a.gate, Queue: a.queue, Breaker: a.buy.BreakerState,
-		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics, Publish: a.publishHealth}
+		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics, Outage: consumer.Outage, Publish: a.publishHealth}
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
 		Lifecycle: a.lifecycle,
 		Audit:     a.store,
@@ -247,15 +256,12 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		Metrics:       promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
 		Observe:       a.metrics.HTTP,
 		Tracer:        a.tracer,
-		Ready:         a.readyChecks(),
+		Ready:         a.readyChecks(consumer),
 	})
 
 	a.metrics.Registry.MustRegister(live.Collector())
 	wctx, wcancel := context.WithCancel(context.Background())
 	a.cancel = wcancel
-	backoff, _ := cfg.backoff()
-	consumer := apply.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.queue, log, a.metrics, apply.Config{
-		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff, Tracer: a.tracer})
 	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
 	a.goRun(func() { a.relay.Run(wctx) })
 	a.goRun(func() { a.queue.RunEnsure(wctx, time.Second, log) })
@@ -280,6 +286,17 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	return a, nil
 }
 
+// databaseWrites is the readiness check of the consumer's database outage
+// (apply.Consumer.Outage).
+func databaseWrites(c *apply.Consumer) func(context.Context) error {
+	return func(context.Context) error {
+		if since, reason, ok := c.Outage(); ok {
+			return fmt.Errorf("the consumer holds batches since %s: %s", since.UTC().Format(time.RFC3339), reason)
+		}
+		return nil
+	}
+}
+
 // retentionEvery is the period of the order stream's retention pass.
 func retentionEvery(retention time.Duration) time.Duration {
 	return min(time.Minute, max(retention/2, 100*time.Millisecond))
@@ -287,10 +304,24 @@ func retentionEvery(retention time.Duration) time.Duration {
 
 // openStores connects to the database and Redis.
 func (a *app) openStores(ctx context.Context) (err error) {
+	if err = checkDatabaseURL(a.cfg.DatabaseURL); err != nil {
+		return err
+	}
 	if a.store, err = orderstore.Open(ctx, a.cfg.DatabaseURL, orderstore.Options{MaxConns: int32(a.cfg.DBMaxConns), Logger: a.log, PaymentTimeout: a.cfg.PaymentTimeout}); err != nil {
-		return fmt.Errorf("database: %w", err)
+		a.log.Debug("database", "err", err)
+		return connectError("the database", "database-url", urlHost(a.cfg.DatabaseURL), err)
+	}
+	if _, err = stockgate.ClientOption(a.cfg.RedisURL); err != nil {
+		return fmt.Errorf("redis-url: %q: %s; use redis://[:password@]host:6379/0, rediss:// for TLS, or redis://node1:6379?addr=node2:6379 for a Redis Cluster", hidePassword(a.cfg.RedisURL), innermost(err))
 	}
 	if a.redis, err = stockgate.Dial(a.cfg.RedisURL); err != nil {
+		if strings.Contains(err.Error(), "not a Redis Cluster") {
+			return err
+		}
+		a.log.Debug("redis", "err", err)
+		return connectError("Redis", "redis-url", urlHost(a.cfg.RedisURL), err)
+	}
+	if err = checkRedisVersion(ctx, a.redis, urlHost(a.cfg.RedisURL)); err != nil {
 		return err
 	}
 	a.gate = stockgate.New(a.redis, a.cfg.RedisPrefix)
@@ -372,7 +403,7 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    httpapi.ServerMaxHeaderBytes, // headers past httpapi.MaxHeaderBytes: 431 in JSON
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)

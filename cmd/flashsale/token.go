@@ -25,6 +25,9 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 	if cfg.UserTokenSecret == "" {
 		return errors.New("FLASHSALE_USER_TOKEN_SECRET (or -user-token-secret) is required")
 	}
+	if ttl <= 0 {
+		return fmt.Errorf("-ttl must be positive (a token valid for %s would be expired when printed)", ttl)
+	}
 	if !sale.ValidUser(user) {
 		return errors.New("-user must be 1-128 characters of A-Z a-z 0-9 _ . @ -")
 	}

@@ -15,12 +15,11 @@ func runVersion(ctx context.Context, args []string, getenv func(string) string, 
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { commandUsage(fs, "version") }
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
+		return noArguments(fs)
 	}
 	bi := buildinfo.Get()
 	commit := bi.Commit

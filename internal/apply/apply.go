@@ -5,6 +5,12 @@
 //   - committed (applied or refused by the database) -> the gate closes the
 //     reservation (refused ones give their units back) -> ack;
 //   - malformed (cannot be decoded or validated) -> dead letter at once;
+//   - an outage (orderstore.Outage: the database refuses writes, read-only
+//     during a switchover, or lacks disk or memory, while it answers pings)
+//     -> wait: the batch is held, kept alive with in-progress acks (so it is
+//     neither redelivered nor counted by the broker), and applied again with
+//     a short backoff (holdBackoff) until the database takes it. Never
+//     nak'ed, never dead-lettered; Outage reports the wait meanwhile;
 //   - a transient failure (orderstore.IsTransient: a connection error, a
 //     timeout, a serialization failure, a deadlock, a lock timeout), or the
 //     database not answering a ping -> nak with a growing delay, however many
@@ -14,6 +20,11 @@
 //     deterministically once. It is nak'ed with a growing delay, and
 //     dead-lettered at its MaxDeliver-th deterministic failure. Its stock
 //     stays reserved until an operator replays or discards it.
+//
+// While a batch is in hand (applied, or held) it is kept alive with an
+// in-progress ack every third of the ack wait, so a short ack wait (the time
+// a killed instance's messages wait for another consumer) never redelivers a
+// batch that is merely slow.
 //
 // JetStream's delivery count grows with every nak, transient or not, so it
 // cannot decide the dead letter. Each consumer process counts deterministic
@@ -74,12 +85,19 @@ type Config struct {
 	// Timeout bounds one batch: database transaction plus gate update (default 15s).
 	Timeout time.Duration
 	// Backoff lists the delays of redeliveries after a failure, by attempt
-	// (default 1s, 5s, 15s; the last repeats).
+	// (default 200ms, 1s, 5s; the last repeats). A transient failure (a
+	// reset connection, a deadlock) is usually over at once; the last
+	// delay bounds both the retry rate against a database that does not
+	// answer and how long a message waits once it answers again.
 	Backoff []time.Duration
 	// MaxDeliver is the number of deterministic failures (see the package
 	// doc) after which a message is dead-lettered (default 3). Transient
 	// failures do not count.
 	MaxDeliver int
+	// AckWait is the stream consumer's ack wait (default 3s, as
+	// orderqueue's): a batch in hand is kept alive with an in-progress ack
+	// every third of it.
+	AckWait time.Duration
 	// Tracer, if set, traces each batch transaction (span apply.batch, a
 	// new trace linked to the trace of every purchase the batch carries).
 	Tracer *tracing.Tracer
@@ -99,10 +117,13 @@ func (c Config) withDefaults() Config {
 		c.Timeout = 15 * time.Second
 	}
 	if len(c.Backoff) == 0 {
-		c.Backoff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
+		c.Backoff = []time.Duration{200 * time.Millisecond, time.Second, 5 * time.Second}
 	}
 	if c.MaxDeliver == 0 {
 		c.MaxDeliver = 3
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 3 * time.Second
 	}
 	return c
 }
@@ -122,8 +143,17 @@ type Consumer struct {
 	cfg   Config
 	obs   Observer
 
-	mu    sync.Mutex
-	fails map[string]failures // by order id: deterministic failures so far
+	mu     sync.Mutex
+	fails  map[string]failures // by order id: deterministic failures so far
+	outage outage              // batches held for an outage
+}
+
+// outage is the consumer's view of a database outage: how many batches are
+// held waiting for the database, since when, and why (the last refusal).
+type outage struct {
+	held   int
+	since  time.Time
+	reason string
 }
 
 // failures counts the deterministic failures of one message.
@@ -229,7 +259,7 @@ func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
 	if len(rs) == 0 {
 		return
 	}
-	err := c.apply(ctx, rs, good)
+	err := c.applyHeld(ctx, rs, good)
 	if err == nil {
 		return
 	}
@@ -243,9 +273,126 @@ func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	// Not the database's fault: find the message(s) that fail by applying each alone.
 	for i := range rs {
-		if err := c.apply(ctx, rs[i:i+1], good[i:i+1]); err != nil {
+		if err := c.applyHeld(ctx, rs[i:i+1], good[i:i+1]); err != nil {
 			c.retry(ctx, good[i:i+1], rs[i:i+1], err, !c.transient(ctx, err))
 		}
+	}
+}
+
+// holdBackoff is the wait between two tries of a batch held for an outage:
+// it doubles from the first to the last, which then repeats. The last bounds
+// how long the writes wait for the consumer once the database takes them
+// again; a try costs the database one refused statement.
+var holdBackoff = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+	800 * time.Millisecond, 1600 * time.Millisecond, 2 * time.Second}
+
+// applyHeld applies rs (see apply). While the database answers with an
+// outage (orderstore.Outage), it holds msgs, keeping them alive with
+// in-progress acks, and tries again after holdBackoff, until the apply
+// succeeds, fails otherwise (returned) or ctx is done (the last error
+// returned). Nothing is nak'ed or counted for an outage.
+func (c *Consumer) applyHeld(ctx context.Context, rs []sale.Reservation, msgs []jetstream.Msg) error {
+	held := false
+	defer func() {
+		if held {
+			c.release()
+		}
+	}()
+	for try := 0; ; try++ {
+		err := c.apply(ctx, rs, msgs)
+		reason, out := orderstore.Outage(err)
+		if !out || ctx.Err() != nil {
+			if held && err == nil {
+				c.log.Info("consumer: the database takes writes again; held batch applied", "messages", len(msgs), "tries", try+1)
+			}
+			return err
+		}
+		if !held {
+			held = true
+			c.hold(reason)
+			c.log.Warn("consumer: database outage; holding the batch until it takes writes", "messages", len(msgs), "reason", reason, "err", err)
+		} else {
+			c.setReason(reason)
+		}
+		c.pause(ctx, msgs, holdBackoff[min(try, len(holdBackoff)-1)])
+	}
+}
+
+// pause waits d (or until ctx is done) keeping msgs alive.
+func (c *Consumer) pause(ctx context.Context, msgs []jetstream.Msg, d time.Duration) {
+	inProgress(msgs)
+	stop := c.keepAlive(msgs)
+	defer stop()
+	sleep(ctx, d)
+}
+
+func (c *Consumer) hold(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.outage.held == 0 {
+		c.outage.since = time.Now()
+	}
+	c.outage.held++
+	c.outage.reason = reason
+}
+
+func (c *Consumer) setReason(reason string) {
+	c.mu.Lock()
+	c.outage.reason = reason
+	c.mu.Unlock()
+}
+
+func (c *Consumer) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.outage.held--; c.outage.held == 0 {
+		c.outage = outage{}
+	}
+}
+
+// Outage reports whether this consumer holds batches for a database outage
+// (see the package doc): since when (the first held batch of the outage)
+// and why (the last refusal, for operators: readiness and the dashboard).
+// ok is false when nothing is held. Safe for concurrent use.
+func (c *Consumer) Outage() (since time.Time, reason string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.outage.since, c.outage.reason, c.outage.held > 0
+}
+
+// keepAlive sends msgs an in-progress ack every third of the ack wait until
+// the returned stop is called; once stop returns none follows (an
+// in-progress ack after a nak would undo its delay).
+func (c *Consumer) keepAlive(msgs []jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(max(c.cfg.AckWait/3, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				inProgress(msgs)
+			}
+		}
+	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+		})
+	}
+}
+
+// inProgress tells the broker msgs are still being worked on (it restarts
+// their ack wait). Fire and forget: a lost one costs a redelivery, which the
+// database's idempotency row absorbs.
+func inProgress(msgs []jetstream.Msg) {
+	for _, m := range msgs {
+		_ = m.InProgress()
 	}
 }
 
@@ -283,6 +430,8 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 		span.SetAttributes(attribute.Int("messaging.batch.message_count", len(rs)))
 	}
 
+	stop := c.keepAlive(msgs)
+	defer stop()
 	failpoint.Inject(failpoint.ConsumerBeforeCommit)
 	outs, err := c.store.ApplyBatch(bctx, rs)
 	if err != nil {
@@ -321,6 +470,7 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 		})
 	}
 	wg.Wait()
+	stop() // before the acks and naks below
 	var ferr error
 	for i, m := range msgs {
 		if err, bad := failed[stockgate.BucketOf(rs[i])]; bad {

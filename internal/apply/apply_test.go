@@ -9,10 +9,12 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,6 +31,7 @@ type msg struct {
 	delivered     uint64
 	acked, termed bool
 	naks          int
+	progress      atomic.Int64 // in-progress acks (sent from the consumer's keep-alive goroutine)
 }
 
 func (m *msg) Data() []byte    { return m.data }
@@ -39,16 +42,30 @@ func (m *msg) Metadata() (*jetstream.MsgMetadata, error) {
 func (m *msg) Ack() error                       { m.acked = true; return nil }
 func (m *msg) NakWithDelay(time.Duration) error { m.naks++; return nil }
 func (m *msg) TermWithReason(string) error      { m.termed = true; return nil }
+func (m *msg) InProgress() error                { m.progress.Add(1); return nil }
 
 // store fails every apply with err, or succeeds when err is nil.
 type store struct {
-	mu  sync.Mutex
-	err error
+	mu    sync.Mutex
+	err   error
+	calls int
+	// block, if set, is waited on by every apply (before err is read).
+	block chan struct{}
+}
+
+func (s *store) setErr(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
 }
 
 func (s *store) ApplyBatch(_ context.Context, rs []sale.Reservation) ([]orderstore.Outcome, error) {
+	if s.block != nil {
+		<-s.block
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.calls++
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -134,4 +151,100 @@ func TestTransientNeverDeadLetters(t *testing.T) {
 			t.Fatal("dead-lettered at its first failure after a success")
 		}
 	})
+}
+
+// until waits for cond, failing the test after 10 s.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOutageHoldsTheBatch: while the database refuses writes (a read-only
+// switchover on either dialect, a full disk) the batch is held: kept alive
+// with in-progress acks, never nak'ed, never counted toward MaxDeliver,
+// reported by Outage, and applied by itself once writes come back.
+func TestOutageHoldsTheBatch(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	wrap := func(err error) error { return fmt.Errorf("orderstore: apply batch of 2: %w", err) }
+	for _, tt := range []struct {
+		name string
+		err  error
+	}{
+		{"postgres read-only transaction", wrap(&pgconn.PgError{Code: "25006", Message: "cannot execute INSERT in a read-only transaction"})},
+		{"postgres disk full", wrap(&pgconn.PgError{Code: "53100", Message: "could not extend file"})},
+		{"mariadb read_only", wrap(&mysql.MySQLError{Number: 1290, Message: "The MariaDB server is running with the --read-only option"})},
+		{"mysql read-only transaction", wrap(&mysql.MySQLError{Number: 1792, Message: "Cannot execute statement in a READ ONLY transaction."})},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st, dl := &store{err: tt.err}, &dead{}
+			c := apply.New(st, gate{}, dl, log, nil, apply.Config{MaxDeliver: 1, AckWait: 30 * time.Millisecond, Backoff: []time.Duration{time.Millisecond}})
+			var msgs []*msg
+			var batch []jetstream.Msg
+			for i := 1; i <= 2; i++ {
+				r := sale.Reservation{OrderID: fmt.Sprintf("01890000-0000-7000-8000-%012d", i), SKU: "s", User: fmt.Sprintf("u%d", i), Quantity: 1, AcceptedAt: 1}
+				data, _ := json.Marshal(r)
+				m := &msg{data: data, delivered: 1}
+				msgs, batch = append(msgs, m), append(batch, m)
+			}
+			start := time.Now()
+			done := make(chan struct{})
+			go func() { defer close(done); c.Handle(context.Background(), batch) }()
+
+			until(t, "Outage to report the held batch", func() bool { _, _, ok := c.Outage(); return ok })
+			since, reason, _ := c.Outage()
+			if since.Before(start) || reason == "" {
+				t.Errorf("Outage() = %v, %q; want a time since the batch came and a reason", since, reason)
+			}
+			// Held across many tries (well past MaxDeliver) and ack waits.
+			until(t, "several tries and in-progress acks", func() bool {
+				st.mu.Lock()
+				defer st.mu.Unlock()
+				return st.calls >= 3 && msgs[0].progress.Load() >= 3 && msgs[1].progress.Load() >= 3
+			})
+			st.setErr(nil)
+			<-done
+			for i, m := range msgs {
+				if !m.acked || m.naks != 0 || m.termed {
+					t.Errorf("message %d: acked %v, naks %d, termed %v; want acked only", i, m.acked, m.naks, m.termed)
+				}
+			}
+			if dl.n != 0 {
+				t.Errorf("%d dead letters, want none", dl.n)
+			}
+			if _, _, ok := c.Outage(); ok {
+				t.Error("Outage still reported once the batch was applied")
+			}
+		})
+	}
+}
+
+// TestSlowBatchKeptAlive: a batch whose transaction takes several ack
+// waits gets in-progress acks meanwhile (the broker would redeliver it to
+// another consumer otherwise), and none once it is acked.
+func TestSlowBatchKeptAlive(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st := &store{block: make(chan struct{})}
+	c := apply.New(st, gate{}, &dead{}, log, nil, apply.Config{AckWait: 30 * time.Millisecond})
+	r := sale.Reservation{OrderID: "01890000-0000-7000-8000-000000000001", SKU: "s", User: "u", Quantity: 1, AcceptedAt: 1}
+	data, _ := json.Marshal(r)
+	m := &msg{data: data, delivered: 1}
+	done := make(chan struct{})
+	go func() { defer close(done); c.Handle(context.Background(), []jetstream.Msg{m}) }()
+	until(t, "in-progress acks during the slow apply", func() bool { return m.progress.Load() >= 3 })
+	close(st.block)
+	<-done
+	if !m.acked {
+		t.Fatal("not acked")
+	}
+	n := m.progress.Load()
+	time.Sleep(100 * time.Millisecond) // three ack waits: a leaked keep-alive would send more
+	if got := m.progress.Load(); got != n {
+		t.Errorf("in-progress acks after the ack: %d, want none", got-n)
+	}
 }

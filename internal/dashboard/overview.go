@@ -48,6 +48,9 @@ type Live struct {
 	// Publish, if set, is nil while the order stream acknowledges publishes
 	// (else why not: a full disk under the embedded store, rounds failing).
 	Publish func() error
+	// Outage, if set, reports the consumer's wait for a database that
+	// refuses writes (apply.Consumer.Outage).
+	Outage func() (since time.Time, reason string, ok bool)
 }
 
 // DB is the database of record (orderstore.Store): the sales'
@@ -137,6 +140,17 @@ type pipelineOverview struct {
 	// purchases wait in the Redis outbox meanwhile).
 	StreamPublish      string `json:"stream_publish"`
 	StreamPublishError string `json:"stream_publish_error,omitempty"`
+	// DatabaseOutage is set while this instance's consumer holds batches
+	// because the database refuses writes (read-only during a switchover,
+	// out of disk): purchases go on through Redis, their orders wait. Null
+	// otherwise.
+	DatabaseOutage *outageOverview `json:"database_outage"`
+}
+
+// outageOverview is a database outage as the consumer sees it.
+type outageOverview struct {
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason"`
 }
 
 // countersOverview is this instance's counters since it started.
@@ -282,13 +296,19 @@ func (l *Live) overviewRedis(ctx context.Context, so *saleOverview, fail func(st
 	}
 }
 
-// overviewPipeline fills in the queue's backlog, the dead letters and the breaker.
+// overviewPipeline fills in the queue's backlog, the dead letters, the
+// breaker and the consumer's database outage.
 func (l *Live) overviewPipeline(ctx context.Context, p *pipelineOverview, fail func(string, error)) {
 	p.Breaker = l.Breaker()
 	p.StreamPublish = "ok"
 	if l.Publish != nil {
 		if err := l.Publish(); err != nil {
 			p.StreamPublish, p.StreamPublishError = "failing", err.Error()
+		}
+	}
+	if l.Outage != nil {
+		if since, reason, ok := l.Outage(); ok {
+			p.DatabaseOutage = &outageOverview{Since: since.UTC(), Reason: reason}
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, overviewTimeout)

@@ -94,6 +94,11 @@ type body struct {
 		QueuePending *uint64 `json:"queue_pending"`
 		DeadLetters  *uint64 `json:"dead_letters"`
 		Breaker      string  `json:"breaker"`
+		// DatabaseOutage is a pointer: null and absent differ for the page.
+		DatabaseOutage *struct {
+			Since  time.Time `json:"since"`
+			Reason string    `json:"reason"`
+		} `json:"database_outage"`
 	} `json:"pipeline"`
 	Counters struct {
 		Purchases    map[string]uint64 `json:"purchases"`
@@ -186,6 +191,27 @@ func TestOverview(t *testing.T) {
 	}
 	if ov.History == nil {
 		t.Error("history null, want the samples")
+	}
+}
+
+// TestOverviewDatabaseOutage: while the consumer holds batches for a
+// database that refuses writes, the pipeline says since when and why; null
+// otherwise.
+func TestOverviewDatabaseOutage(t *testing.T) {
+	l := testLive(time.Now())
+	if ov := readOverview(t, l); ov.Pipeline.DatabaseOutage != nil {
+		t.Errorf("no Outage source: database_outage %+v, want null", ov.Pipeline.DatabaseOutage)
+	}
+	since := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
+	held := true
+	l.Outage = func() (time.Time, string, bool) { return since, "the database refuses writes", held }
+	ov := readOverview(t, l)
+	if o := ov.Pipeline.DatabaseOutage; o == nil || !o.Since.Equal(since) || o.Reason != "the database refuses writes" {
+		t.Errorf("during the outage: database_outage %+v, want since %v with the reason", o, since)
+	}
+	held = false
+	if ov := readOverview(t, l); ov.Pipeline.DatabaseOutage != nil {
+		t.Errorf("after the outage: database_outage %+v, want null", ov.Pipeline.DatabaseOutage)
 	}
 }
 

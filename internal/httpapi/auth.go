@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -15,6 +16,30 @@ import (
 
 // errUnauthenticated is returned when a request carries no valid credentials.
 var errUnauthenticated = errors.New("unauthenticated")
+
+// errNoCredentials is the errUnauthenticated of a request with no bearer
+// token at all (RFC 6750: its WWW-Authenticate names no error).
+var errNoCredentials = fmt.Errorf("%w: no credentials", errUnauthenticated)
+
+// errTokenExpired is the errUnauthenticated of a token that is correctly
+// signed and well formed but past its exp: only the holder of a token the
+// secret signed learns this, so saying it leaks nothing, and tells the
+// client to get a new token rather than look for a bug.
+var errTokenExpired = &publicError{base: errUnauthenticated, msg: "The token has expired; get a new one."}
+
+// wwwAuthenticate is the WWW-Authenticate header of a 401 for err (RFC
+// 6750 section 3): the scheme alone for a request without credentials,
+// invalid_token with the reason in one of two words otherwise (expired, or
+// not valid: which check a forged or garbled token failed is not said).
+func wwwAuthenticate(err error) string {
+	switch {
+	case errors.Is(err, errNoCredentials):
+		return `Bearer realm="flashsale"`
+	case errors.Is(err, errTokenExpired):
+		return `Bearer realm="flashsale", error="invalid_token", error_description="The token has expired"`
+	}
+	return `Bearer realm="flashsale", error="invalid_token", error_description="The token is not valid"`
+}
 
 // errAdminDisabled is returned for admin routes when no admin token is configured.
 var errAdminDisabled = errors.New("admin api disabled")
@@ -68,7 +93,10 @@ func (a *UserAuth) User(r *http.Request) (string, error) {
 		}
 	}
 	tok, ok := bearer(r)
-	if !ok || len(a.secret) == 0 {
+	if !ok {
+		return "", errNoCredentials
+	}
+	if len(a.secret) == 0 {
 		return "", errUnauthenticated
 	}
 	now := requestTime(r)
@@ -97,8 +125,11 @@ func (a *UserAuth) verify(tok string, now time.Time) (string, error) {
 	if !ok || !c.hasExp {
 		return "", errUnauthenticated
 	}
-	if !now.Before(c.exp.Add(a.skew)) || c.hasNbf && now.Before(c.nbf.Add(-a.skew)) || !sale.ValidUser(c.sub) {
+	if c.hasNbf && now.Before(c.nbf.Add(-a.skew)) || !sale.ValidUser(c.sub) {
 		return "", errUnauthenticated
+	}
+	if !now.Before(c.exp.Add(a.skew)) {
+		return "", errTokenExpired
 	}
 	return c.sub, nil
 }
@@ -115,7 +146,10 @@ func adminOK(r *http.Request, token string) error {
 		return errAdminDisabled
 	}
 	got, ok := bearer(r)
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+	if !ok {
+		return errNoCredentials
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 		return errUnauthenticated
 	}
 	return nil

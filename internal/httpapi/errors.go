@@ -16,7 +16,7 @@ import (
 
 // errorCodes maps an error to its HTTP status, stable machine-readable code
 // and the fixed sentence shown to clients. This table is the API contract
-// for errors (README and api/openapi.yaml list it). The text of the error
+// for errors (docs/api.md and api/openapi.yaml list it). The text of the error
 // itself never reaches a client (it may name packages, drivers, addresses):
 // it goes to the log. Only a detail written for clients (a *publicError,
 // made by this package's input checks) replaces the sentence.
@@ -46,6 +46,7 @@ var errorCodes = []struct {
 	{sale.ErrOrderQueued, http.StatusConflict, "order_queued", "The order is still queued; retry in a moment."},
 	{errCallbackDisabled, http.StatusForbidden, "callback_disabled", "Payment callbacks are disabled: no payment secret is configured."},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "body_too_large", "The request body is larger than 8 KiB."},
+	{errHeaderTooLarge, http.StatusRequestHeaderFieldsTooLarge, "header_too_large", "The request line and headers are larger than 16 KiB."},
 	{errMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type", "The Content-Type must be application/json (PATCH also takes application/merge-patch+json)."},
 	{sale.ErrRateLimited, http.StatusTooManyRequests, "rate_limited", "Too many requests; retry after the Retry-After seconds."},
 	{sale.ErrBusy, http.StatusServiceUnavailable, "busy", ""}, // busyMessage
@@ -171,6 +172,9 @@ func writeErrorFor(w http.ResponseWriter, r *http.Request, log *slog.Logger, err
 	}
 	if status == http.StatusServiceUnavailable {
 		w.Header()["Retry-After"] = []string{"1"}
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", wwwAuthenticate(err))
 	}
 	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", retryAfter(err))

@@ -53,6 +53,9 @@ func (benchGate) Duplicate(context.Context, string, string, string) (string, boo
 	return "", false, nil
 }
 
+func (benchGate) Unsent(context.Context, string, string, string) ([]byte, string, error) {
+	return nil, "", nil
+}
 func (benchGate) Lookup(context.Context, string, ...string) (sale.Reservation, bool, error) {
 	return sale.Reservation{}, false, nil
 }

@@ -420,6 +420,11 @@ func writerState(w http.ResponseWriter) *reqState {
 // error shape too. The mux routes a request once; only a request no route
 // takes is routed again, to tell 404 from 405.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if headerBytes(r) > MaxHeaderBytes {
+		w.Header().Set("Connection", "close")
+		writeError(w, r, s.log, errHeaderTooLarge)
+		return
+	}
 	st := &reqState{ResponseWriter: w, s: s, r: r, status: http.StatusOK, clientIP: s.cfg.Proxies.ClientIP(r)}
 	if s.orders != nil && r.Method == http.MethodPost && r.URL.Path == ordersPath && r.URL.RawPath == "" {
 		// A purchase, its path as it is: the mux would route it to the
@@ -501,7 +506,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := r.PathValue("sku_id")
 	if !sale.ValidSKU(id) {
-		return sale.ErrUnknownSKU
+		return errBadSKUID
 	}
 	after, err := queryUint(r, "after", 0)
 	if err != nil {
@@ -566,28 +571,28 @@ type putSKURequest struct {
 var badBuckets = &publicError{base: sale.ErrInvalidBuckets, msg: fmt.Sprintf("buckets must be a whole number 1..%d", sale.MaxBuckets)}
 
 type skuResponse struct {
-	SKU          string     `json:"sku_id"`
-	Available    int64      `json:"available"`
-	PerUserLimit int64      `json:"per_user_limit"`
-	StartsAt     *time.Time `json:"starts_at"`
-	EndsAt       *time.Time `json:"ends_at"`
-	State        string     `json:"state"`
+	SKU          string   `json:"sku_id"`
+	Available    int64    `json:"available"`
+	PerUserLimit int64    `json:"per_user_limit"`
+	StartsAt     *apiTime `json:"starts_at"`
+	EndsAt       *apiTime `json:"ends_at"`
+	State        string   `json:"state"`
 }
 
 // adminSKUResponse is the sale as every admin SKU route answers it, with
 // its allocation: stock (= total_stock) units offered, sold of them held by
 // orders in the database (pending payment or paid), db_stock not.
 type adminSKUResponse struct {
-	SKU          string     `json:"sku_id"`
-	Stock        int64      `json:"stock"`
-	TotalStock   int64      `json:"total_stock"`
-	Sold         int64      `json:"sold"`
-	DBStock      int64      `json:"db_stock"`
-	PerUserLimit int64      `json:"per_user_limit"`
-	StartsAt     *time.Time `json:"starts_at"`
-	EndsAt       *time.Time `json:"ends_at"`
-	Buckets      int        `json:"buckets"`
-	Created      bool       `json:"created"`
+	SKU          string   `json:"sku_id"`
+	Stock        int64    `json:"stock"`
+	TotalStock   int64    `json:"total_stock"`
+	Sold         int64    `json:"sold"`
+	DBStock      int64    `json:"db_stock"`
+	PerUserLimit int64    `json:"per_user_limit"`
+	StartsAt     *apiTime `json:"starts_at"`
+	EndsAt       *apiTime `json:"ends_at"`
+	Buckets      int      `json:"buckets"`
+	Created      bool     `json:"created"`
 }
 
 func adminSKUJSON(sku sale.SKU, created bool) adminSKUResponse {
@@ -599,7 +604,7 @@ func adminSKUJSON(sku sale.SKU, created bool) adminSKUResponse {
 func (s *Server) getAdminSKU(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("sku_id")
 	if !sale.ValidSKU(id) {
-		return sale.ErrUnknownSKU
+		return errBadSKUID
 	}
 	sku, err := s.admin.SKU(r.Context(), id)
 	if err != nil {
@@ -612,7 +617,7 @@ func (s *Server) getAdminSKU(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("sku_id")
 	if !sale.ValidSKU(id) {
-		return invalid("sku_id must be 1-64 characters of A-Z a-z 0-9 _ -")
+		return errBadSKUID
 	}
 	var req putSKURequest
 	if err := decode(w, r, &req); err != nil {
@@ -686,7 +691,7 @@ type patchSKURequest struct {
 func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("sku_id")
 	if !sale.ValidSKU(id) {
-		return sale.ErrUnknownSKU
+		return errBadSKUID
 	}
 	body, err := readBody(w, r, "application/merge-patch+json", "application/json")
 	if err != nil {
@@ -771,7 +776,7 @@ type restockRequest struct {
 func (s *Server) restockSKU(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("sku_id")
 	if !sale.ValidSKU(id) {
-		return sale.ErrUnknownSKU
+		return errBadSKUID
 	}
 	var req restockRequest
 	if err := decode(w, r, &req); err != nil {
@@ -799,7 +804,7 @@ func (s *Server) restockSKU(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) warmup(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("sku_id")
 	if !sale.ValidSKU(id) {
-		return sale.ErrUnknownSKU
+		return errBadSKUID
 	}
 	res, err := s.admin.Warm(r.Context(), id)
 	if err != nil {
@@ -810,8 +815,17 @@ func (s *Server) warmup(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// errBadSKUID is the 400 of a sku_id in a path that no sale can have:
+// bad input, as the same id in a purchase's body is, while a well-formed
+// id with no sale is 404 unknown_sku.
+var errBadSKUID = &publicError{base: sale.ErrInvalid, msg: "sku_id must be 1-64 characters of A-Z a-z 0-9 _ -"}
+
 func (s *Server) getSKU(w http.ResponseWriter, r *http.Request) error {
-	v, err := s.buy.SKU(r.Context(), r.PathValue("sku_id"))
+	id := r.PathValue("sku_id")
+	if !sale.ValidSKU(id) {
+		return errBadSKUID
+	}
+	v, err := s.buy.SKU(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -853,6 +867,12 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if res.Order != nil && res.Order.Status != sale.StatusQueued {
+		// A retry of a purchase the database has decided: its order, as
+		// GET /api/v1/orders/{id} shows it.
+		writeJSON(w, http.StatusOK, orderJSON(*res.Order))
+		return nil
+	}
 	writeAccepted(w, res.OrderID, string(res.Status))
 	return nil
 }
@@ -873,23 +893,25 @@ func orderInputError(err error, sku string, qty int64, key string) error {
 }
 
 type orderResponse struct {
-	OrderID      string     `json:"order_id"`
-	SKU          string     `json:"sku_id"`
-	User         string     `json:"user_id"`
-	Quantity     int64      `json:"quantity"`
-	Status       string     `json:"status"`
-	CreatedAt    time.Time  `json:"created_at"`
-	FailReason   string     `json:"fail_reason,omitempty"`
-	ExpiresAt    *time.Time `json:"expires_at"`
-	PaidAt       *time.Time `json:"paid_at"`
-	CancelledAt  *time.Time `json:"cancelled_at"`
-	CancelReason string     `json:"cancel_reason,omitempty"`
+	OrderID      string   `json:"order_id"`
+	SKU          string   `json:"sku_id"`
+	User         string   `json:"user_id"`
+	Quantity     int64    `json:"quantity"`
+	Status       string   `json:"status"`
+	CreatedAt    apiTime  `json:"created_at"`
+	FailReason   string   `json:"fail_reason,omitempty"`
+	ExpiresAt    *apiTime `json:"expires_at"`
+	PaidAt       *apiTime `json:"paid_at"`
+	CancelledAt  *apiTime `json:"cancelled_at"`
+	CancelReason string   `json:"cancel_reason,omitempty"`
+	PaymentRef   string   `json:"payment_ref,omitempty"`
 }
 
 func orderJSON(o sale.Order) orderResponse {
 	return orderResponse{OrderID: o.ID, SKU: o.SKU, User: o.User, Quantity: o.Quantity,
-		Status: string(o.Status), CreatedAt: o.CreatedAt.UTC(), FailReason: o.FailReason,
-		ExpiresAt: o.ExpiresAt, PaidAt: o.PaidAt, CancelledAt: o.CancelledAt, CancelReason: o.CancelReason}
+		Status: string(o.Status), CreatedAt: apiTime{o.CreatedAt}, FailReason: o.FailReason,
+		ExpiresAt: apiTimeOf(o.ExpiresAt), PaidAt: apiTimeOf(o.PaidAt), CancelledAt: apiTimeOf(o.CancelledAt), CancelReason: o.CancelReason,
+		PaymentRef: o.PaymentRef}
 }
 
 func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) error {
@@ -1141,12 +1163,35 @@ func queryUint(r *http.Request, name string, def uint64) (uint64, error) {
 	return n, nil
 }
 
-func timePtr(t time.Time) *time.Time {
+func timePtr(t time.Time) *apiTime {
 	if t.IsZero() {
 		return nil
 	}
-	u := t.UTC()
-	return &u
+	return &apiTime{t}
+}
+
+// apiTimeOf is *t as the API writes it (nil for nil).
+func apiTimeOf(t *time.Time) *apiTime {
+	if t == nil {
+		return nil
+	}
+	return &apiTime{*t}
+}
+
+// apiTime is a time as every response writes it: UTC, RFC 3339 with
+// milliseconds, always three digits (2026-01-02T15:04:05.120Z), whichever
+// store it came from (Redis keeps milliseconds, the databases
+// microseconds) and whatever its trailing zeros.
+type apiTime struct{ time.Time }
+
+// apiTimeLayout is apiTime's format.
+const apiTimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+func (t apiTime) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, len(apiTimeLayout)+2)
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, apiTimeLayout)
+	return append(b, '"'), nil
 }
 
 // headerValue is h.Get(key) of a key written in canonical form, as net/http

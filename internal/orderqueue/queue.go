@@ -43,7 +43,11 @@ type Config struct {
 	MaxAge time.Duration
 	// DuplicateWindow is the broker's Msg-Id de-duplication window (default 2m).
 	DuplicateWindow time.Duration
-	// AckWait is how long a delivered message may stay unacknowledged (default 30s).
+	// AckWait is how long a delivered message may stay unacknowledged
+	// (default 3s): how long the messages of a consumer that died wait for
+	// another. The consumer keeps a batch it works on alive with
+	// in-progress acks (every third of it), so a slow batch is not
+	// redelivered.
 	AckWait time.Duration
 	// MaxAckPending bounds messages delivered and not yet acknowledged (default 20000).
 	MaxAckPending int
@@ -65,7 +69,7 @@ func (c Config) withDefaults() Config {
 		c.DuplicateWindow = 2 * time.Minute
 	}
 	if c.AckWait == 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = 3 * time.Second
 	}
 	if c.MaxAckPending == 0 {
 		c.MaxAckPending = 20000

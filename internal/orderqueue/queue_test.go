@@ -199,9 +199,9 @@ func TestConfigDefaults(t *testing.T) {
 		want applied
 	}{
 		{"defaults", orderqueue.Config{}, applied{Duplicates: 2 * time.Minute, DLQDuplicates: 2 * time.Minute,
-			AckWait: 30 * time.Second, MaxAckPending: 20000}},
-		{"configured", orderqueue.Config{MaxAge: time.Hour, DuplicateWindow: 10 * time.Second, AckWait: 5 * time.Second, MaxAckPending: 7},
-			applied{Duplicates: 10 * time.Second, DLQDuplicates: 10 * time.Second, AckWait: 5 * time.Second, MaxAckPending: 7}},
+			AckWait: 3 * time.Second, MaxAckPending: 20000}},
+		{"configured", orderqueue.Config{MaxAge: time.Hour, DuplicateWindow: 10 * time.Second, AckWait: 30 * time.Second, MaxAckPending: 7},
+			applied{Duplicates: 10 * time.Second, DLQDuplicates: 10 * time.Second, AckWait: 30 * time.Second, MaxAckPending: 7}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			q := openQueue(t, tt.cfg)

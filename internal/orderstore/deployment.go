@@ -71,3 +71,45 @@ func describe(d Dialect, dsn string) string {
 	}
 	return fmt.Sprintf("%s %s/%s", d, host, kv["dbname"])
 }
+
+// The database's own identity, which a copy does not carry: a dump
+// restored elsewhere, or beside the original, brings the deployment row
+// along but runs on another server or under another name.
+const (
+	// The cluster's system identifier is drawn by initdb and kept by its
+	// physical standbys (a failover keeps it); a restore of a dump (pg_dump,
+	// or pg_upgrade's new cluster) has its own.
+	identityPostgresSQL = `SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || current_database()`
+	// MySQL's server_uuid is drawn at the server's first start; MariaDB has
+	// none, and its server id, host name and port stand in. A replica has
+	// its own of each: a failover to it is a new identity (see
+	// reconcile.ClaimPrefix for the hand-over).
+	identityMySQLUUIDSQL = `SELECT CONCAT(@@server_uuid, '/', DATABASE())`
+	identityMariaDBSQL   = `SELECT CONCAT('server_id=', @@server_id, '@', @@hostname, ':', @@port, '/', DATABASE())`
+
+	myUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
+)
+
+// DatabaseIdentity names the database itself, apart from the deployment
+// row it holds: "<dialect> <server>/<database>", with PostgreSQL's system
+// identifier, MySQL's server uuid or, on MariaDB, its server id, host name
+// and port as the server. A copy of the database (restored from a dump on
+// another server, or beside the original under another name) has the same
+// DeploymentID and another identity.
+func (s *Store) DatabaseIdentity(ctx context.Context) (string, error) {
+	var id string
+	var err error
+	if s.dialect == MySQL {
+		// MariaDB answers "Unknown system variable 'server_uuid'" (1193);
+		// any other error must not switch a MySQL to the other form.
+		if err = s.DB().QueryRowContext(ctx, identityMySQLUUIDSQL).Scan(&id); mysqlCode(err) == myUnknownSystemVariable {
+			err = s.DB().QueryRowContext(ctx, identityMariaDBSQL).Scan(&id)
+		}
+	} else {
+		err = s.DB().QueryRowContext(ctx, identityPostgresSQL).Scan(&id)
+	}
+	if err != nil {
+		return "", fmt.Errorf("orderstore: database identity: %w", err)
+	}
+	return string(s.dialect) + " " + id, nil
+}

@@ -12,7 +12,7 @@ import (
 
 // orderColumnList is the column list scanOrder reads.
 const orderColumnList = `order_id, sku_id, user_id, quantity, status, created_at, fail_reason, updated_at,
-	expires_at, paid_at, cancelled_at, cancel_reason`
+	expires_at, paid_at, cancelled_at, cancel_reason, payment_ref`
 
 const orderSQL = `SELECT ` + orderColumnList + ` FROM orders WHERE order_id = $1`
 
@@ -50,17 +50,20 @@ func scanOrder(row scanner) (sale.Order, error) {
 	var (
 		o                          sale.Order
 		status                     string
-		reason, cancelReason       *string
+		reason, cancelReason, ref  *string
 		updatedAt                  time.Time
 		expires, paid, cancelledAt *time.Time
 	)
 	if err := row.Scan(&o.ID, &o.SKU, &o.User, &o.Quantity, &status, &o.CreatedAt, &reason, &updatedAt,
-		&expires, &paid, &cancelledAt, &cancelReason); err != nil {
+		&expires, &paid, &cancelledAt, &cancelReason, &ref); err != nil {
 		return sale.Order{}, err
 	}
 	o.ExpiresAt, o.PaidAt, o.CancelledAt = utcPtr(expires), utcPtr(paid), utcPtr(cancelledAt)
 	if cancelReason != nil {
 		o.CancelReason = *cancelReason
+	}
+	if ref != nil {
+		o.PaymentRef = *ref
 	}
 	o.Status = sale.Status(status)
 	o.CreatedAt = o.CreatedAt.UTC()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -94,3 +95,56 @@ func transientMySQL(n uint16) bool {
 	}
 	return false
 }
+
+// Outage reports whether err says the database as a whole will not take
+// writes for now, whatever the statement, and names the cause for
+// operators. It is true when the database refuses writes (a standby, a
+// switchover or failover in progress, read_only set: PostgreSQL SQLSTATE
+// 25006; MySQL and MariaDB 1290 with read_only, 1792, 1836), when it lacks
+// the resources to take them (out of disk or memory: SQLSTATE 53000, 53100,
+// 53200, 58030; MySQL 1021, 1037, 1041, 1114), and when a Galera node is not
+// ready for statements (1047). Connections and pings succeed meanwhile, so a
+// caller that tells a message's own failure from the database's by a ping
+// would blame the message.
+//
+// Unlike a transient failure (IsTransient), an outage may last minutes and
+// every request fails the same way until it ends: callers wait for the
+// database rather than retry each request on its own. Outage returns false
+// for nil and for every other error.
+func Outage(err error) (reason string, ok bool) {
+	if err == nil {
+		return "", false
+	}
+	if code := pgCode(err); code != "" {
+		switch code {
+		case "25006":
+			return "the database refuses writes (read-only transaction, SQLSTATE 25006)", true
+		case "53000", "53100", "53200":
+			return "the database lacks resources (SQLSTATE " + code + ")", true
+		case "58030":
+			return "the database cannot write to its disk (SQLSTATE 58030)", true
+		}
+		return "", false
+	}
+	switch n := mysqlCode(err); n {
+	case myOptionPreventsStatement, myReadOnlyTransaction, myReadOnlyMode:
+		return fmt.Sprintf("the database refuses writes (read only, error %d)", n), true
+	case myDiskFull, myOutOfMemory, myOutOfResources, myTableFull:
+		return fmt.Sprintf("the database lacks resources (error %d)", n), true
+	case myNodeNotReady:
+		return "the database node is not ready for statements (error 1047)", true
+	}
+	return "", false
+}
+
+// MySQL error numbers of outages (see Outage).
+const (
+	myDiskFull                = 1021 // ER_DISK_FULL
+	myOutOfMemory             = 1037 // ER_OUTOFMEMORY
+	myOutOfResources          = 1041 // ER_OUT_OF_RESOURCES
+	myNodeNotReady            = 1047 // ER_UNKNOWN_COM_ERROR: Galera "WSREP has not yet prepared node"
+	myTableFull               = 1114 // ER_RECORD_FILE_FULL: InnoDB out of tablespace
+	myOptionPreventsStatement = 1290 // ER_OPTION_PREVENTS_STATEMENT: --read-only
+	myReadOnlyTransaction     = 1792 // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+	myReadOnlyMode            = 1836 // ER_READ_ONLY_MODE
+)

@@ -15,8 +15,9 @@ type PingGate interface {
 	Ping(ctx context.Context) error
 }
 
-// BoundedGate is the purchase path's gate: each reserve (ReserveLimited)
-// and each idempotency look-up of a sold-out SKU (Duplicate) runs under a
+// BoundedGate is the purchase path's gate: each reserve (ReserveLimited),
+// each idempotency look-up (Duplicate) and each outbox look-up of a
+// retried key's order (Unsent) runs under a
 // deadline of Timeout of its own, on top of the caller's, so that a hung
 // Redis cannot hold requests: past it the call returns the context's
 // error (context.DeadlineExceeded, wrapped); a caller's earlier deadline
@@ -52,6 +53,15 @@ func (g BoundedGate) Duplicate(ctx context.Context, sku, user, key string) (stri
 		defer cancel()
 	}
 	return g.PingGate.Duplicate(ctx, sku, user, key)
+}
+
+// Unsent is the wrapped gate's, bounded by Timeout.
+func (g BoundedGate) Unsent(ctx context.Context, sku, user, orderID string) ([]byte, string, error) {
+	ctx, cancel := g.bound(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	return g.PingGate.Unsent(ctx, sku, user, orderID)
 }
 
 // bound returns ctx bounded by Timeout, and its cancel. A caller's deadline

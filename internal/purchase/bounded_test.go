@@ -81,6 +81,10 @@ func (g *ctxGate) Duplicate(ctx context.Context, _, _, _ string) (string, bool, 
 	g.got = ctx
 	return "", false, nil
 }
+func (g *ctxGate) Unsent(ctx context.Context, _, _, _ string) ([]byte, string, error) {
+	g.got = ctx
+	return nil, "", nil
+}
 func (g *ctxGate) Lookup(context.Context, string, ...string) (sale.Reservation, bool, error) {
 	return sale.Reservation{}, false, nil
 }

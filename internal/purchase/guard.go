@@ -282,5 +282,9 @@ func (g *guard) buyDirect(ctx context.Context, r sale.Reservation, now time.Time
 		}
 		return Result{}, fmt.Errorf("%w: database fallback: %v", sale.ErrUnavailable, err)
 	}
-	return Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}, nil
+	res := Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}
+	if dup {
+		res.Order = &o
+	}
+	return res, nil
 }

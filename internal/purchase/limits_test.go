@@ -51,6 +51,11 @@ func (g *fakeGate) Lookup(context.Context, string, ...string) (sale.Reservation,
 
 func (g *fakeGate) Available(context.Context, string) (int64, bool, error) { return g.avail, true, nil }
 
+// Unsent says no reservation is left in the outbox: the relay took it.
+func (g *fakeGate) Unsent(context.Context, string, string, string) ([]byte, string, error) {
+	return nil, "", nil
+}
+
 func (g *fakeGate) Duplicate(_ context.Context, sku, user, key string) (string, bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

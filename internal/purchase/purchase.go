@@ -30,6 +30,10 @@ type Gate interface {
 	// Lookup finds the in-flight reservation orderID in any of skus.
 	Lookup(ctx context.Context, orderID string, skus ...string) (sale.Reservation, bool, error)
 	Available(ctx context.Context, sku string) (int64, bool, error)
+	// Unsent returns the payload of user's reservation orderID of sku and
+	// its bucket if it is still in the outbox (not yet in the stream); nil
+	// if not.
+	Unsent(ctx context.Context, sku, user, orderID string) ([]byte, string, error)
 }
 
 // Notifier hands an accepted reservation to the relay's fast path, without
@@ -156,8 +160,14 @@ type Result struct {
 	// Duplicate is true when the Idempotency-Key had already made this order.
 	Duplicate bool
 	// Status is StatusQueued (admitted by Redis) or, when the database
-	// fallback sold it, StatusPendingPayment.
+	// fallback sold it, StatusPendingPayment; for a Duplicate, the order's
+	// status as the database knows it (queued while it is not there yet).
 	Status sale.Status
+	// Order is the order a Duplicate made, as the database has it, once it
+	// is there (nil while it is queued, or when the database cannot say):
+	// a retry learns the order's real state (pending payment, paid,
+	// cancelled or failed), not "queued".
+	Order *sale.Order
 }
 
 // Buy admits or refuses a purchase. Errors: sale.ErrInvalid, ErrUnknownSKU,
@@ -169,10 +179,29 @@ type Result struct {
 // refuse are answered from memory: they never reach Redis or the database.
 func (s *Service) Buy(ctx context.Context, req Request) (Result, error) {
 	res, err := s.buy(ctx, req)
+	if err == nil && res.Duplicate {
+		res = s.settled(ctx, req.User, res)
+	}
 	if s.obs != nil {
 		s.obs.Purchase(outcomeOf(err))
 	}
 	return res, err
+}
+
+// settled completes the Result of a retry (Duplicate) with the order as
+// the database has it: one read by primary key, for retries only. An order
+// not there yet (in flight) or a database that cannot say leaves res as it
+// is: the purchase was accepted, its order is queued.
+func (s *Service) settled(ctx context.Context, user string, res Result) Result {
+	if res.Order != nil || s.orders == nil {
+		return res
+	}
+	o, err := s.orders.Order(ctx, res.OrderID)
+	if err != nil || o.User != user {
+		return res
+	}
+	res.Status, res.Order = o.Status, &o
+	return res
 }
 
 func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
@@ -214,15 +243,15 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		id, found, err := s.gate.Duplicate(ctx, req.SKU, req.User, req.IdempotencyKey)
 		switch {
 		case err == nil && found:
-			return Result{OrderID: id, Duplicate: true, Status: sale.StatusQueued}, nil
+			return s.inStream(ctx, req, Result{OrderID: id, Duplicate: true, Status: sale.StatusQueued})
 		case err == nil:
 			return Result{}, sale.ErrSoldOut
 		}
 	}
 	if err := s.blocked(req.SKU, req.User, ipKey, now); err != nil {
 		// A retry of a key that made an order gets it, not 429: one read.
-		if res, found := s.keyInGate(ctx, req, 0); found {
-			return res, nil
+		if res, found, kerr := s.keyInGate(ctx, req, 0); found {
+			return res, kerr
 		}
 		return Result{}, err
 	}
@@ -248,7 +277,11 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 			}
 			return Result{}, fmt.Errorf("%w: %v", sale.ErrUnavailable, err)
 		}
-		return Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}, nil
+		res := Result{OrderID: o.ID, Duplicate: dup, Status: o.Status}
+		if dup {
+			res.Order = &o
+		}
+		return res, nil
 	}
 	clk := newWaitClock()
 	defer clk.put()
@@ -277,8 +310,8 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	case errors.Is(err, errBreakerOpen):
 		// The key may have made a reservation still in flight in Redis,
 		// which the database does not know yet: ask Redis if it answers.
-		if res, found := s.keyInGate(ctx, req, fallbackKeyLookup); found {
-			return res, nil
+		if res, found, err := s.keyInGate(ctx, req, fallbackKeyLookup); found {
+			return res, err
 		}
 		res, err := s.guard.buyDirect(ctx, r, now)
 		if errors.Is(err, sale.ErrSoldOut) {
@@ -294,8 +327,8 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	case errors.Is(err, sale.ErrNotWarmed):
 		s.triggerLoad(r.SKU)
 		// A retry of a purchase that exists gets its order, not 503.
-		if res, found := s.keyInGate(ctx, req, 0); found {
-			return res, nil
+		if res, found, err := s.keyInGate(ctx, req, 0); found {
+			return res, err
 		}
 		if res, found := s.keyInDatabase(ctx, req); found {
 			return res, nil
@@ -306,20 +339,21 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("%w: %v", sale.ErrUnavailable, err)
 	}
-	if !gr.Duplicate {
-		if s.ack > 0 {
-			// The clock's second wait: detached from the buyer, so that
-			// the gate call's timer serves it too (clock.go).
-			actx := clk.start(ctx, s.ack)
-			if err := s.relay.Publish(actx, stockgate.BucketOf(r), gr.OrderID, gr.Payload); err != nil && s.log.Enabled(ctx, slog.LevelDebug) {
-				s.log.DebugContext(ctx, "purchase: accepted before the stream acknowledged (outbox holds it)", "order_id", gr.OrderID, "err", err)
-			}
-			clk.stop(actx)
-		} else {
-			s.relay.Notify(ctx, stockgate.BucketOf(r), gr.OrderID, gr.Payload)
-		}
+	if gr.Duplicate {
+		return s.inStream(ctx, req, Result{OrderID: gr.OrderID, Duplicate: true, Status: sale.StatusQueued})
 	}
-	return Result{OrderID: gr.OrderID, Duplicate: gr.Duplicate, Status: sale.StatusQueued}, nil
+	if s.ack > 0 {
+		// The clock's second wait: detached from the buyer, so that
+		// the gate call's timer serves it too (clock.go).
+		actx := clk.start(ctx, s.ack)
+		if err := s.relay.Publish(actx, stockgate.BucketOf(r), gr.OrderID, gr.Payload); err != nil && s.log.Enabled(ctx, slog.LevelDebug) {
+			s.log.DebugContext(ctx, "purchase: accepted before the stream acknowledged (outbox holds it)", "order_id", gr.OrderID, "err", err)
+		}
+		clk.stop(actx)
+	} else {
+		s.relay.Notify(ctx, stockgate.BucketOf(r), gr.OrderID, gr.Payload)
+	}
+	return Result{OrderID: gr.OrderID, Status: sale.StatusQueued}, nil
 }
 
 // fallbackKeyLookup bounds the look-up of a key in Redis before a database
@@ -328,23 +362,62 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 const fallbackKeyLookup = 100 * time.Millisecond
 
 // keyInGate returns the order req's Idempotency-Key made, as the gate's
-// idempotency hash records it (queued: it may still be in flight). found is
-// false when req has no key, the hash has none, or Redis cannot say (within
-// limit, if positive).
-func (s *Service) keyInGate(ctx context.Context, req Request, limit time.Duration) (Result, bool) {
+// idempotency hash records it (queued: it may still be in flight), once it
+// is as durable as a first 202 (inStream; err is its refusal). found is
+// false when req has no key, the hash has none, or Redis cannot say
+// (within limit, if positive, for the look-ups).
+func (s *Service) keyInGate(ctx context.Context, req Request, limit time.Duration) (res Result, found bool, err error) {
 	if req.IdempotencyKey == "" {
-		return Result{}, false
+		return Result{}, false, nil
 	}
+	lctx := ctx
 	if limit > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, limit)
+		lctx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
 	}
-	id, found, err := s.gate.Duplicate(ctx, req.SKU, req.User, req.IdempotencyKey)
+	id, found, err := s.gate.Duplicate(lctx, req.SKU, req.User, req.IdempotencyKey)
 	if err != nil || !found {
-		return Result{}, false
+		return Result{}, false, nil
 	}
-	return Result{OrderID: id, Duplicate: true, Status: sale.StatusQueued}, true
+	res, err = s.inStreamWith(ctx, lctx, req, Result{OrderID: id, Duplicate: true, Status: sale.StatusQueued})
+	return res, true, err
+}
+
+// inStream returns res, the order a retried Idempotency-Key made, once the
+// stream holds it, so that a 202 to a retry means what the first one meant
+// with StreamAck on: the order survives a Redis that loses its data. The
+// first attempt's instance may have died between the gate and the stream,
+// leaving the order in the Redis outbox alone (until a sweeper's grace
+// ran out). Only an order still in the outbox costs more than one read: it
+// is published again from its Redis payload with its own id as the
+// message id (the stream de-duplicates a copy) and waited for up to
+// StreamAck. When that cannot be confirmed the outcome is unknown to this
+// instance: sale.ErrUnavailable, and a retry of the key asks again; it
+// never makes a second order.
+func (s *Service) inStream(ctx context.Context, req Request, res Result) (Result, error) {
+	return s.inStreamWith(ctx, ctx, req, res)
+}
+
+// inStreamWith is inStream whose outbox read runs under lctx.
+func (s *Service) inStreamWith(ctx, lctx context.Context, req Request, res Result) (Result, error) {
+	if s.ack <= 0 || res.Status != sale.StatusQueued {
+		return res, nil
+	}
+	payload, bucket, err := s.gate.Unsent(lctx, req.SKU, req.User, res.OrderID)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: order %s of this Idempotency-Key may not be in the stream yet (redis: %v), retry with the same key", sale.ErrUnavailable, res.OrderID, err)
+	}
+	if payload == nil {
+		return res, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.ack)
+	defer cancel()
+	if err := s.relay.Publish(pctx, bucket, res.OrderID, payload); err != nil {
+		s.log.WarnContext(ctx, "purchase: retried key's order not yet acknowledged by the stream: answered unavailable", "order_id", res.OrderID, "err", err)
+		return Result{}, fmt.Errorf("%w: order %s of this Idempotency-Key is not yet in the stream, retry with the same key", sale.ErrUnavailable, res.OrderID)
+	}
+	return res, nil
 }
 
 // keyInDatabase returns the order req's Idempotency-Key made, as the
@@ -361,7 +434,7 @@ func (s *Service) keyInDatabase(ctx context.Context, req Request) (Result, bool)
 		}
 		return Result{}, false
 	}
-	return Result{OrderID: o.ID, Duplicate: true, Status: o.Status}, true
+	return Result{OrderID: o.ID, Duplicate: true, Status: o.Status, Order: &o}, true
 }
 
 // reserve calls the gate. A transport error means the outcome is unknown:

@@ -41,6 +41,9 @@ type gathered struct {
 	snap     orderstore.Snapshot
 	inflight []sale.Reservation // not processed by the database, oldest first
 	units    int64
+	// decided are the in-flight entries, by bucket, that the database had
+	// processed at the snapshot (see forgetDecided).
+	decided map[string][]string
 }
 
 // gather reads, with every bucket of names fenced, the reservations they
@@ -52,9 +55,11 @@ func (s *Syncer) gather(ctx context.Context, id string, names []string) (gathere
 		return gathered{}, err
 	}
 	cand := map[string]sale.Reservation{}
+	in := map[string][]string{} // bucket -> its entries
 	for _, b := range bs {
 		for _, r := range b.Reservations {
 			cand[r.OrderID] = r
+			in[b.Name] = append(in[b.Name], r.OrderID)
 		}
 	}
 	if s.queue != nil {
@@ -74,7 +79,14 @@ func (s *Syncer) gather(ctx context.Context, id string, names []string) (gathere
 	if err != nil {
 		return gathered{}, err
 	}
-	g := gathered{snap: snap}
+	g := gathered{snap: snap, decided: map[string][]string{}}
+	for b, oids := range in {
+		for _, oid := range oids {
+			if _, done := snap.Processed[oid]; done {
+				g.decided[b] = append(g.decided[b], oid)
+			}
+		}
+	}
 	for oid, r := range cand {
 		if _, done := snap.Processed[oid]; done {
 			continue
@@ -131,6 +143,11 @@ func (s *Syncer) splitLoad(ctx context.Context, sku sale.SKU, token string, fenc
 	if err != nil {
 		return WarmResult{}, err
 	}
+	for b, ids := range g.decided {
+		if err := s.forgetDecided(ctx, b, ids); err != nil {
+			return WarmResult{}, err
+		}
+	}
 	holdings := g.snap.Holdings
 	if holdings == nil {
 		holdings = map[string]int64{}
@@ -154,6 +171,29 @@ func (s *Syncer) splitLoad(ctx context.Context, sku sale.SKU, token string, fenc
 	}
 	s.log.Info("sale loaded into redis", "sku_id", sku.ID, "buckets", k, "available", avail, "in_flight", g.units)
 	return WarmResult{SKU: sku.ID, Seeded: true, Available: avail, DBStock: g.snap.Stock, InFlight: g.units}, nil
+}
+
+// forgetDecided closes, in bucket name (unloaded: fenced or lost), the
+// in-flight entries ids that the database had processed at the snapshot a
+// seed is computed from: the seed counts their outcome from the database
+// (a refusal's units available, its buyer's slot free) and only adds
+// entries, so an entry left in place would give a refusal back a second
+// time when the consumer's late Finalize, or closeDecided, closes it.
+// Closed as applied, they can give nothing back, whatever happens to the
+// bucket meanwhile; the consumer's Finalize then finds no entry. Each
+// entry's closed marker is written as a Finalize writes it.
+func (s *Syncer) forgetDecided(ctx context.Context, name string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	outs := make([]stockgate.Outcome, len(ids))
+	for i, id := range ids {
+		outs[i] = stockgate.Outcome{OrderID: id}
+	}
+	if _, err := s.gate.Finalize(ctx, name, outs); err != nil {
+		return fmt.Errorf("closing the entries the database decided: %w", err)
+	}
+	return nil
 }
 
 // closeDecided closes, in each bucket, the reservations the database has

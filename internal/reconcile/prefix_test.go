@@ -81,3 +81,64 @@ func TestClaimPrefix(t *testing.T) {
 		t.Fatalf("owner %q, want %q", got, want)
 	}
 }
+
+// TestClaimPrefixRefusesACopy: a database restored from another's dump (on
+// the same server or another) carries the same deployment row; pointed at
+// the original's Redis prefix it is refused, with a message that says what
+// to do. A claim the previous release recorded (the owner key alone) still
+// passes on its own database, which then records its identity.
+func TestClaimPrefixRefusesACopy(t *testing.T) {
+	ctx := t.Context()
+	open := func(url string) *orderstore.Store {
+		st, err := orderstore.Open(ctx, url, orderstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		if err := st.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	urlA := testenv.Database(t)
+	a, a2, cp := open(urlA), open(urlA), open(testenv.Database(t))
+	idA, err := a.DeploymentID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The copy: the original's deployment row, as a restore writes it.
+	if _, err := cp.DeploymentID(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.DB().ExecContext(ctx, cp.Rebind(`UPDATE deployment SET id = ? WHERE one = 1`), idA); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := cp.DeploymentID(ctx); err != nil || id != idA {
+		t.Fatalf("copy's deployment id %q %v, want the original's %q", id, err, idA)
+	}
+
+	redisURL, prefix := testenv.Redis(t)
+	c := testenv.RedisClient(t, redisURL)
+	g := stockgate.New(c, prefix)
+	// The previous release claimed the prefix: its owner key alone.
+	if err := c.Do(ctx, c.B().Set().Key(prefix+":owner").Value(idA+" "+a.Describe()).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range []*orderstore.Store{a, a2, a} {
+		if err := reconcile.ClaimPrefix(ctx, st, g); err != nil {
+			t.Fatalf("claim %d by the original database: %v", i, err)
+		}
+	}
+	err = reconcile.ClaimPrefix(ctx, cp, g)
+	if err == nil {
+		t.Fatal("a copy of the original database (same deployment row) claimed the original's prefix")
+	}
+	for _, want := range []string{prefix, "FLASHSALE_REDIS_PREFIX", "DEL " + prefix + ":owner:database"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
+	if err := reconcile.ClaimPrefix(ctx, a, g); err != nil {
+		t.Fatalf("the original after the copy's refusal: %v", err)
+	}
+}

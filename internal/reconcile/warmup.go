@@ -341,6 +341,15 @@ func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f
 		return WarmResult{}, false, err
 	}
 	stock, processed, restores, holdings := snap.Stock, snap.Processed, snap.Restores, snap.Holdings
+	var decided []string
+	for _, r := range f.Reservations {
+		if _, done := processed[r.OrderID]; done {
+			decided = append(decided, r.OrderID)
+		}
+	}
+	if err := s.forgetDecided(ctx, sku.ID, decided); err != nil {
+		return WarmResult{}, false, err
+	}
 	var inflight []sale.Reservation
 	var units int64
 	for id, r := range cand {

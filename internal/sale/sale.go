@@ -144,6 +144,9 @@ type Order struct {
 	PaidAt       *time.Time `json:"paid_at,omitempty"`
 	CancelledAt  *time.Time `json:"cancelled_at,omitempty"`
 	CancelReason string     `json:"cancel_reason,omitempty"`
+	// PaymentRef is the payment's reference given with pay or the
+	// provider's callback ("" when none was given, or unpaid).
+	PaymentRef string `json:"payment_ref,omitempty"`
 }
 
 // Causes of a cancellation (orders.cancel_reason).
@@ -154,7 +157,7 @@ const (
 	CancelPaymentTimeout = "payment_timeout"
 )
 
-// Input limits. They are part of the API contract (documented in README).
+// Input limits. They are part of the API contract (documented in docs/api.md).
 const (
 	// MaxQuantity is the largest quantity one purchase may ask for.
 	MaxQuantity = 100

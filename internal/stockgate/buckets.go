@@ -40,8 +40,8 @@ var (
 	//go:embed bucketread.lua
 	bucketReadLua string
 
-	xferOutScript    = rueidis.NewLuaScript(xferOutLua)
-	xferInScript     = rueidis.NewLuaScript(debtLua + xferInLua)
+	xferOutScript    = durable(rueidis.NewLuaScript(xferOutLua), xferOutLua)
+	xferInScript     = durable(rueidis.NewLuaScript(debtLua+xferInLua), debtLua+xferInLua)
 	xferDoneScript   = rueidis.NewLuaScript(debtLua + xferDoneLua)
 	bucketReadScript = rueidis.NewLuaScriptReadOnly(bucketReadLua)
 )
@@ -337,7 +337,17 @@ const maxRefills = 32
 
 // maxSpins bounds the reads of every bucket one refill makes (waiting for
 // transfers in progress, or for two reads in a row to agree).
-const maxSpins = 500
+const maxSpins = 60
+
+// A refill whose read changed nothing (reads that disagree, units held
+// only by transfers in progress) waits before it reads every bucket again,
+// from refillWaitMin doubling to refillWaitMax: maxSpins reads take about
+// a second before the purchase gives up (sale.ErrBusy), instead of K reads a
+// millisecond or less for as long.
+const (
+	refillWaitMin = 250 * time.Microsecond
+	refillWaitMax = 16 * time.Millisecond
+)
 
 // reserveBuckets is ReserveLimited of a sale split in k > 1 buckets: the
 // reservation is made in the buyer's home bucket; when it has too few
@@ -387,6 +397,19 @@ func (g *Gate) reserveBuckets(ctx context.Context, r sale.Reservation, l Limits,
 // (double collect), show fewer than want units in all, none in transfer.
 func (g *Gate) refill(ctx context.Context, names []string, home int, want int64, k int) (int64, error) {
 	var prev []BucketState
+	wait := refillWaitMin
+	backoff := func() error {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		wait = min(2*wait, refillWaitMax)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
+	}
+	swept := false
 	for spin := 0; ; spin++ {
 		if spin > maxSpins {
 			// Never a sold_out the buckets did not show at one instant.
@@ -415,6 +438,11 @@ func (g *Gate) refill(ctx context.Context, names []string, home int, want int64,
 			if prev != nil && same(prev, bs) {
 				return total, nil
 			}
+			if prev != nil { // two reads that disagree: let the buckets settle
+				if err := backoff(); err != nil {
+					return 0, err
+				}
+			}
 			prev = bs
 			continue
 		}
@@ -427,9 +455,28 @@ func (g *Gate) refill(ctx context.Context, names []string, home int, want int64,
 			}
 		}
 		if d < 0 {
-			// Only transfers in progress hold units: they land shortly
-			// (or the sweeper finishes them).
-			time.Sleep(time.Millisecond)
+			// Only transfers in progress hold units: they land shortly.
+			// One whose caller died (TransferAge old) is finished here
+			// rather than when the sweeper next looks at the sale.
+			if !swept {
+				swept = true
+				n := 0
+				for _, b := range bs {
+					if b.Transit > 0 {
+						done, err := g.SweepTransfers(ctx, b.Name, time.Now().Add(-TransferAge))
+						if err != nil {
+							return 0, err
+						}
+						n += done
+					}
+				}
+				if n > 0 {
+					continue
+				}
+			}
+			if err := backoff(); err != nil {
+				return 0, err
+			}
 			continue
 		}
 		units := max(want-h.Avail, (bs[d].Avail+1)/2)
@@ -469,8 +516,9 @@ func newTransferID() string {
 // SweepTransfers.
 func (g *Gate) transfer(ctx context.Context, from, to, toEpoch string, units int64, k int) error {
 	id := newTransferID()
-	vals, err := xferOutScript.Exec(ctx, g.c, []string{g.KeysOf(from).Meta, g.xferKey(from)},
-		[]string{id, to, toEpoch, strconv.FormatInt(units, 10), strconv.Itoa(k), strconv.FormatInt(time.Now().UnixMilli(), 10)}).AsIntSlice()
+	r, durable := g.execDurable(ctx, from, xferOutScript, []string{g.KeysOf(from).Meta, g.xferKey(from)},
+		[]string{id, to, toEpoch, strconv.FormatInt(units, 10), strconv.Itoa(k), strconv.FormatInt(time.Now().UnixMilli(), 10)})
+	vals, err := r.AsIntSlice()
 	if err != nil {
 		return fmt.Errorf("stockgate: transfer out: %w", err)
 	}
@@ -482,14 +530,29 @@ func (g *Gate) transfer(ctx context.Context, from, to, toEpoch string, units int
 	case 0:
 		return nil
 	}
+	if !durable {
+		// No replica holds the debit yet: crediting now would duplicate
+		// the units if the donor's primary failed over without it. The
+		// sweeper finishes the entry, if it survived (durable.go); the
+		// purchase stops moving units for now (its replicas lag).
+		return fmt.Errorf("%w: a replica of stock bucket %s did not acknowledge a transfer within %v", sale.ErrBusy, from, g.xferWait)
+	}
+	if afterTransferOut != nil {
+		afterTransferOut()
+	}
 	return g.completeTransfer(ctx, from, id, to, toEpoch, vals[0])
 }
+
+// afterTransferOut, if set (tests), is called between a transfer's first
+// and second halves.
+var afterTransferOut func()
 
 // completeTransfer credits to with the transfer id of from, then closes
 // the entry (or refunds it when to can never be credited).
 func (g *Gate) completeTransfer(ctx context.Context, from, id, to, toEpoch string, units int64) error {
-	n, err := xferInScript.Exec(ctx, g.c, []string{g.KeysOf(to).Meta, g.xinKey(to)},
-		[]string{id, strconv.FormatInt(units, 10), toEpoch}).AsInt64()
+	r, durable := g.execDurable(ctx, to, xferInScript, []string{g.KeysOf(to).Meta, g.xinKey(to)},
+		[]string{id, strconv.FormatInt(units, 10), toEpoch})
+	n, err := r.AsInt64()
 	if err != nil {
 		return fmt.Errorf("stockgate: transfer in: %w", err)
 	}
@@ -499,6 +562,12 @@ func (g *Gate) completeTransfer(ctx context.Context, from, id, to, toEpoch strin
 		return nil // receiver fenced: its rebuild clears the entry, or the sweeper finishes it
 	case -3:
 		mode = "refund"
+	case 1:
+		if !durable {
+			// The entry stays open until a replica may hold the credit:
+			// the sweeper credits again only if it was lost (durable.go).
+			return nil
+		}
 	}
 	if err := xferDoneScript.Exec(ctx, g.c, []string{g.KeysOf(from).Meta, g.xferKey(from)}, []string{id, mode}).Error(); err != nil {
 		return fmt.Errorf("stockgate: transfer done: %w", err)

@@ -24,7 +24,7 @@ func (g *Gate) TransferOut(ctx context.Context, from, to, toEpoch string, units 
 // TransferOutID is TransferOut, also returning the transfer id.
 func (g *Gate) TransferOutID(ctx context.Context, from, to, toEpoch string, units int64, k int, at time.Time) (int64, string, error) {
 	id := newTransferID()
-	vals, err := xferOutScript.Exec(ctx, g.c, []string{g.KeysOf(from).Meta, g.xferKey(from)},
+	vals, err := xferOutScript.lua.Exec(ctx, g.c, []string{g.KeysOf(from).Meta, g.xferKey(from)},
 		[]string{id, to, toEpoch, strconv.FormatInt(units, 10), strconv.Itoa(k), strconv.FormatInt(at.UnixMilli(), 10)}).AsIntSlice()
 	if err != nil {
 		return 0, "", err
@@ -40,3 +40,16 @@ func (g *Gate) CompleteTransfer(ctx context.Context, from, id, to, toEpoch strin
 
 // SlotOf is slotOf, for tests.
 func SlotOf(tag string) int { return slotOf(tag) }
+
+// Transfer is transfer (both halves, durable where replicas exist), for
+// tests.
+func (g *Gate) Transfer(ctx context.Context, from, to, toEpoch string, units int64, k int) error {
+	return g.transfer(ctx, from, to, toEpoch, units, k)
+}
+
+// AfterTransferOut makes a transfer call f between its halves, for the
+// test's duration.
+func AfterTransferOut(t *testing.T, f func()) {
+	afterTransferOut = f
+	t.Cleanup(func() { afterTransferOut = nil })
+}

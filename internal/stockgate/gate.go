@@ -30,6 +30,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -76,7 +77,9 @@ type Gate struct {
 	expire   *rueidis.Lua
 	fence    *rueidis.Lua
 	restore  *rueidis.Lua
-	keys     keyLookups // Duplicate's coalesced look-ups (keylookup.go)
+	keys     keyLookups    // Duplicate's coalesced look-ups (keylookup.go)
+	xferWait time.Duration // see SetTransferWait
+	replicas sync.Map      // bucket name -> replicaSeen (durable.go)
 }
 
 // New returns a Gate on client c whose keys all start with prefix + ":".
@@ -96,6 +99,7 @@ func New(c rueidis.Client, prefix string) *Gate {
 		expire:   rueidis.NewLuaScript(expireLua),
 		fence:    rueidis.NewLuaScript(fenceLua),
 		restore:  rueidis.NewLuaScript(debtLua + restoreLua),
+		xferWait: DefaultTransferWait,
 	}
 }
 

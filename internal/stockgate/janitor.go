@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
@@ -31,45 +32,125 @@ type TransferPass struct {
 // transfer sell again. Only split sales have transfers or debts between
 // buckets: the sales list names them, so sales in one bucket cost no Redis
 // call. Several instances may sweep at once: each transfer completes once.
+//
+// Its Redis work is bounded by what there is to do: a sale that ended
+// more than SweepEndedAfter ago is not looked at (nothing sells; a change
+// of its end makes it swept again), and a sale is looked at with one
+// pipelined read of its buckets (one script call each); one whose read
+// showed nothing to do (no transfer, no debt) is looked at again after a
+// wait that doubles from a second up to SweepIdleMax. Purchases finish a
+// stale transfer themselves when only transfers hold the units they want
+// (refill), and refusals and restores settle debts as they land, so the
+// sweeper is the backstop, not the path.
 type TransferSweeper struct {
 	gate  *Gate
 	sales Sales
 	log   *slog.Logger
+
+	mu   sync.Mutex
+	idle map[string]idleSale // by SKU id
 }
+
+// idleSale is when a quiet split sale is looked at next.
+type idleSale struct {
+	next time.Time
+	wait time.Duration
+}
+
+// Bounds of the TransferSweeper's work on quiet sales.
+const (
+	// SweepEndedAfter is how long after its end a split sale is still
+	// swept (a transfer left half done at the end is finished).
+	SweepEndedAfter = time.Minute
+	// SweepIdleMax is the longest wait between two looks at a split sale
+	// whose last looks found nothing to do.
+	SweepIdleMax = 30 * time.Second
+)
 
 // NewTransferSweeper returns a sweeper of the split sales sales lists.
 func NewTransferSweeper(g *Gate, sales Sales, log *slog.Logger) *TransferSweeper {
-	return &TransferSweeper{gate: g, sales: sales, log: log}
+	return &TransferSweeper{gate: g, sales: sales, log: log, idle: map[string]idleSale{}}
 }
 
-// RunOnce finishes, in every bucket of every split sale, the transfers
-// begun TransferAge or longer before now, then settles each sale's debts.
-// A failure is logged and the pass goes on with the next bucket or sale;
-// the failures are returned together, with what the pass did.
+// RunOnce finishes, in every bucket of every split sale due for a look
+// (see TransferSweeper), the transfers begun TransferAge or longer before
+// now, then settles each sale's debts. A failure is logged and the pass
+// goes on with the next bucket or sale; the failures are returned
+// together, with what the pass did.
 func (s *TransferSweeper) RunOnce(ctx context.Context, now time.Time) (TransferPass, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var p TransferPass
 	var errs []error
+	listed := map[string]bool{}
 	for _, sk := range s.sales.All() {
 		k := sk.BucketCount()
 		if k <= 1 {
 			continue
 		}
-		for _, n := range BucketNames(sk.ID, k) {
-			done, err := s.gate.SweepTransfers(ctx, n, now.Add(-TransferAge))
-			p.Transfers += done
-			if err != nil {
-				s.log.Warn("stock bucket transfers", "bucket", n, "err", err)
-				errs = append(errs, fmt.Errorf("bucket %s: %w", n, err))
-			}
+		listed[sk.ID] = true
+		if !sk.EndsAt.IsZero() && now.Sub(sk.EndsAt) > SweepEndedAfter {
+			delete(s.idle, sk.ID)
+			continue
 		}
-		moved, err := s.gate.SettleDebt(ctx, sk.ID)
-		p.Settled += moved
+		if st, ok := s.idle[sk.ID]; ok && now.Before(st.next) {
+			continue
+		}
+		busy, err := s.sweep(ctx, sk.ID, k, now, &p)
 		if err != nil {
-			s.log.Warn("stock bucket debts", "sku_id", sk.ID, "err", err)
-			errs = append(errs, fmt.Errorf("sku %s: %w", sk.ID, err))
+			errs = append(errs, err)
+		}
+		if busy || err != nil {
+			delete(s.idle, sk.ID)
+			continue
+		}
+		st := s.idle[sk.ID]
+		st.wait = min(max(2*st.wait, time.Second), SweepIdleMax)
+		st.next = now.Add(st.wait)
+		s.idle[sk.ID] = st
+	}
+	for id := range s.idle {
+		if !listed[id] { // gone from the catalog, or no longer split
+			delete(s.idle, id)
 		}
 	}
 	return p, errors.Join(errs...)
+}
+
+// sweep is one look at split sale id: it reports whether the sale had
+// anything in transfer or in debt.
+func (s *TransferSweeper) sweep(ctx context.Context, id string, k int, now time.Time, p *TransferPass) (bool, error) {
+	names := BucketNames(id, k)
+	bs, err := s.gate.ReadBuckets(ctx, names, false)
+	if err != nil {
+		s.log.Warn("stock bucket transfers", "sku_id", id, "err", err)
+		return false, fmt.Errorf("sku %s: %w", id, err)
+	}
+	var errs []error
+	busy, debt := false, false
+	for _, b := range bs {
+		debt = debt || b.Debt > 0
+		if b.Transit == 0 {
+			continue
+		}
+		busy = true
+		done, err := s.gate.SweepTransfers(ctx, b.Name, now.Add(-TransferAge))
+		p.Transfers += done
+		if err != nil {
+			s.log.Warn("stock bucket transfers", "bucket", b.Name, "err", err)
+			errs = append(errs, fmt.Errorf("bucket %s: %w", b.Name, err))
+		}
+	}
+	if debt {
+		busy = true
+		moved, err := s.gate.SettleDebt(ctx, id)
+		p.Settled += moved
+		if err != nil {
+			s.log.Warn("stock bucket debts", "sku_id", id, "err", err)
+			errs = append(errs, fmt.Errorf("sku %s: %w", id, err))
+		}
+	}
+	return busy, errors.Join(errs...)
 }
 
 // Run sweeps every period until ctx ends (RunOnce logs its failures).

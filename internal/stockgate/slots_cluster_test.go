@@ -128,6 +128,15 @@ func TestScriptsOneSlot(t *testing.T) {
 	must("claim prefix", err)
 	_, err = g.SwapRunID(ctx, "x")
 	must("swap run id", err)
+	_, err = g.ClaimDatabase(ctx, "id", "postgres 1/db")
+	must("claim prefix database", err)
+	_, _, err = g.MarkRunID(ctx, "y", "me", time.Minute)
+	must("mark run id", err)
+	_, _, err = g.ClaimRebuild(ctx, "me", time.Minute)
+	must("claim rebuild", err)
+	must("end rebuild", g.EndRebuild(ctx, "y", "me", true))
+	_, _, err = g.Unsent(ctx, "a", "u1", "no-such-order")
+	must("unsent", err)
 
 	if len(rec.cross) > 0 {
 		t.Fatalf("CROSSSLOT answers:\n%s", strings.Join(rec.cross, "\n"))

@@ -130,6 +130,7 @@ import { drawChart } from "./chart.js";
     $("#main").hidden = true;
     $("#signout").hidden = true;
     $("#breaker").hidden = true;
+    $("#db-outage").hidden = true;
     $("#banner").hidden = true;
     $("#login").hidden = false;
     setConn("locked");
@@ -425,6 +426,12 @@ import { drawChart } from "./chart.js";
     const state = pl.breaker || "?";
     br.className = "pill " + (state === "closed" ? "ok" : state === "open" ? "bad" : "warn");
     br.textContent = state === "open" ? "breaker open: selling from the database" : "breaker " + state;
+    const out = $("#db-outage");
+    out.hidden = !pl.database_outage;
+    if (pl.database_outage) {
+      out.textContent = "database refuses writes since " + new Date(pl.database_outage.since).toLocaleTimeString() + ": orders wait";
+      out.title = pl.database_outage.reason;
+    }
     $("#sales-count").textContent = `${ov.sales.length}${ov.more_sales ? ` (+${ov.more_sales} not shown)` : ""}`;
   }
 

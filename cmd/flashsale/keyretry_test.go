@@ -1,0 +1,79 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashsale/flashsale/internal/failpoint"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// TestKeyRetryThenRedisLost: the instance that made a reservation stops
+// between the gate and the stream; the buyer retries the Idempotency-Key on
+// another instance and is answered 202; then Redis loses its data (no
+// persistence, killed and restarted) before any sweeper published the
+// reservation. A 202 for a key means what a first 202 means: the order
+// reaches the database, its owner reads it, and the next retry gets it.
+func TestKeyRetryThenRedisLost(t *testing.T) {
+	slowEndToEnd(t)
+	rs := testenv.StartRedis(t)
+	env := procEnv(t)
+	env["FLASHSALE_REDIS_URL"] = rs.URL
+	// No sweeper or republisher takes the first instance's reservation in
+	// the test's time: only the retry's answer can have put it in the stream.
+	env["FLASHSALE_RELAY_GRACE"] = "1h"
+	env["FLASHSALE_INFLIGHT_REPUBLISH_AFTER"] = "1h"
+	env["FLASHSALE_REDIS_MONITOR_EVERY"] = "100ms"
+	env2 := map[string]string{}
+	for k, v := range env {
+		env2[k] = v
+	}
+	env2["FLASHSALE_HTTP_ADDR"] = freeAddr(t)
+	env2["FLASHSALE_DATA_DIR"] = t.TempDir()
+	env["FLASHSALE_DATA_DIR"] = t.TempDir()
+	env["FLASHSALE_FAILPOINTS"] = failpoint.AfterGateBeforeRelay + "=hang"
+
+	p1 := startProc(t, env)
+	h1 := procClient(t, p1.url)
+	h1.mustPutSKU("k", 10, 1)
+	first := h1.buy("u1", "k", 1, "key-1")
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("first attempt: %d %s", first.Status, first.Raw)
+	}
+	id := first.str("order_id")
+	if !strings.Contains(p1.log(), "failpoint "+failpoint.AfterGateBeforeRelay+" fired") {
+		t.Fatalf("failpoint did not fire; log:\n%s", p1.log())
+	}
+	p1.kill()
+
+	p2 := startProc(t, env2)
+	h2 := procClient(t, p2.url)
+	retry := h2.buy("u1", "k", 1, "key-1")
+	switch {
+	case retry.Status == http.StatusServiceUnavailable && retry.code() == "unavailable":
+		t.Fatalf("retry on the second instance: 503 although the stream is up: %s", retry.Raw)
+	case retry.Status != http.StatusAccepted || retry.str("order_id") != id:
+		t.Fatalf("retry on the second instance: %d %s, want 202 with %s", retry.Status, retry.Raw, id)
+	}
+
+	rs.Kill()
+	rs.Restart()
+
+	auth := "Authorization: Bearer " + userToken(t, "u1")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		o := h2.do(http.MethodGet, "/api/v1/orders/"+id, "", auth)
+		if o.Status == http.StatusOK && o.str("status") == "pending_payment" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the order answered 202 twice is not in the database 20 s after Redis lost its data: GET %d %s", o.Status, o.Raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if again := h2.buy("u1", "k", 1, "key-1"); again.Status != http.StatusAccepted || again.str("order_id") != id {
+		t.Fatalf("retry after the loss: %d %s, want 202 with %s", again.Status, again.Raw, id)
+	}
+}
