@@ -94,3 +94,21 @@ func TestEvictingRedisRefused(t *testing.T) {
 	setPolicy("noeviction")
 	waitReady(t, h, http.StatusOK, `"status":"ok"`, 10*time.Second)
 }
+
+// TestReadyWhileRedisHangs: Redis frozen (SIGSTOP) with the database
+// fallback on: /readyz answers within its bound, 200 degraded (the fallback
+// sells), not 503 because the purchases check waited for the hung PING as
+// long as /readyz itself did.
+func TestReadyWhileRedisHangs(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_REDIS_URL", rs.URL))
+	waitReady(t, h, http.StatusOK, `"status":"ok"`, 10*time.Second)
+	rs.Pause()
+	defer rs.Resume()
+	for i := range 10 {
+		r := h.do(http.MethodGet, "/readyz", "")
+		if r.Status != http.StatusOK || !strings.Contains(r.Raw, `"purchases":"redis gate unusable: the database fallback sells"`) {
+			t.Fatalf("/readyz %d with Redis frozen: %d %s", i, r.Status, r.Raw)
+		}
+	}
+}

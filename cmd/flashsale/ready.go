@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/flashsale/flashsale/internal/apply"
 	"github.com/flashsale/flashsale/internal/httpapi"
@@ -52,6 +53,12 @@ func degradedBy(reason string, check func(context.Context) error) func(context.C
 	}
 }
 
+// gatePingBound bounds the purchases check's PING of Redis while the
+// database fallback is on: a hung Redis must leave the check time to answer
+// "the fallback sells" within /readyz's own bound (700 ms), not time out
+// with it and read as unready.
+const gatePingBound = 400 * time.Millisecond
+
 // purchasesCheck: ready while the Redis gate sells (Redis answers, breaker
 // closed) or the database fallback can (it is on and the database answers).
 // Both are tried at once, so one that hangs leaves the other its time.
@@ -62,7 +69,13 @@ func (a *app) purchasesCheck(ctx context.Context) error {
 			gatec <- fmt.Errorf("redis breaker %s", st)
 			return
 		}
-		gatec <- a.gate.Ping(ctx)
+		gctx := ctx
+		if a.cfg.FallbackConc > 0 {
+			var cancel context.CancelFunc
+			gctx, cancel = context.WithTimeout(ctx, gatePingBound)
+			defer cancel()
+		}
+		gatec <- a.gate.Ping(gctx)
 	}()
 	go func() {
 		if a.cfg.FallbackConc == 0 {
