@@ -78,9 +78,9 @@ type Service struct {
 	Start func(ctx context.Context, c Instance) (*Server, error)
 	// Open opens the stores of the running target, for the checks.
 	Open func(ctx context.Context) (*Stores, error)
-	// EmptyCommand is the command line that runs this binary's empty
-	// handler in a process of its own (ServeEmpty), started with -target;
-	// nil runs it in this process.
+	// EmptyCommand are the arguments that run this binary as the empty
+	// handler alone (ServeEmpty), in a process of its own as the -target
+	// is; with none it runs in this process.
 	EmptyCommand []string
 }
 
