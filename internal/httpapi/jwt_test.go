@@ -223,7 +223,7 @@ func checkCompact(t *testing.T, claims []byte) {
 func FuzzVerifyTokenDifferential(f *testing.F) {
 	for i, h := range diffHeaders {
 		for j, c := range diffClaims {
-			if (i+j)%5 == 0 {
+			if (i+j)%10 == 0 { // a sample: TestVerifyTokenMatchesJWT runs them all
 				f.Add([]byte(h), []byte(c), byte(i+j), "")
 			}
 		}
