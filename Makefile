@@ -93,9 +93,10 @@ alerts: ## Check and unit-test the Prometheus alert rules (promtool)
 bench: ## Run every benchmark once (-benchtime 1x), with allocations (-benchmem); figures: docs/performance.md
 	$(GO) test -run '^$$' -bench . -benchtime 1x -benchmem $(PKGS)
 
-run: ## Ensure what running needs (PostgreSQL, Redis: ensure-services.sh --run), then run the demo (go run ./cmd/flashsale demo)
+run: ## Ensure what running needs (PostgreSQL, Redis: ensure-services.sh --run), build bin/flashsale and run its demo (Ctrl-C drains and stops)
 	scripts/ensure-services.sh --run
-	$(GO) run ./cmd/flashsale demo
+	$(GO) build -o bin/flashsale ./cmd/flashsale
+	bin/flashsale demo
 
 ci: ## vet, test, then every benchmark once (CI runs .ci/run: also staticcheck and make fuzz)
 	$(MAKE) vet

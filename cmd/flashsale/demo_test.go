@@ -220,23 +220,32 @@ func TestDemoCommands(t *testing.T) {
 
 }
 
-// TestDemoTokenHintFromEnv: with FLASHSALE_USER_TOKEN_SECRET set, the demo
-// says `flashsale token -user bob` signs with it and does not print it.
-func TestDemoTokenHintFromEnv(t *testing.T) {
-	var out bytes.Buffer
-	cfg := config{UserTokenSecret: "env-s3cr3t", AdminToken: "adm"}
-	printTryIt(&out, "http://127.0.0.1:1", cfg, "demo-1", 100, true)
-	if !strings.Contains(out.String(), "\n  go run ./cmd/flashsale token -user bob\n") || strings.Contains(out.String(), "env-s3cr3t") {
-		t.Errorf("token hint with the secret from the environment:\n%s", out.String())
-	}
-	out.Reset()
-	printTryIt(&out, "http://127.0.0.1:1", cfg, "demo-1", 100, false)
-	if !strings.Contains(out.String(), "\n  go run ./cmd/flashsale token -user-token-secret env-s3cr3t -user bob\n") {
-		t.Errorf("token hint with a random secret:\n%s", out.String())
-	}
-	for _, want := range []string{`-d '{"delta":10}' http://127.0.0.1:1/admin/v1/skus/demo-1/restock`, "-H 'Idempotency-Key: alice-1'"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("printed commands lack %q:\n%s", want, out.String())
+// TestDemoDrains: Ctrl-C while the demo serves is a clean stop that says
+// it is draining, then that it stopped.
+func TestDemoDrains(t *testing.T) {
+	redisURL, prefix := testenv.Redis(t)
+	args := []string{"demo", "-buyers", "4", "-stock", "2", "-concurrency", "2", "-drain-delay", "200ms",
+		"-http-addr", "127.0.0.1:0", "-data-dir", t.TempDir(),
+		"-database-url", testenv.Database(t), "-redis-url", redisURL, "-redis-prefix", prefix}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, func(string) string { return "" }, out, testLogWriter{t}) }()
+	for !strings.Contains(out.String(), "keeps serving") {
+		select {
+		case err := <-done:
+			t.Fatalf("demo ended before serving: %v\n%s", err, out.String())
+		case <-time.After(50 * time.Millisecond):
 		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("demo stopped with %v, want a clean stop\n%s", err, out.String())
+	}
+	text := out.String()
+	i, j := strings.Index(text, "\ndraining: "), strings.Index(text, "\nstopped\n")
+	if i < 0 || j < i {
+		t.Errorf("the demo did not say it was draining, then stopped:\n%s", text)
 	}
 }

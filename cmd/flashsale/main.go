@@ -91,17 +91,6 @@ func flagErrorText(fs *flag.FlagSet, err error) string {
 	return fmt.Sprintf("-%s: %q: %s", name, value, reason)
 }
 
-// isTerminal reports whether w is a terminal (a character device), where
-// a progress line may be redrawn in place with \r.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 // noArguments is the error of a subcommand that takes no arguments and was
 // given some.
 func noArguments(fs *flag.FlagSet) error {

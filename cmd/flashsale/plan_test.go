@@ -30,7 +30,7 @@ func TestPlanCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 50,000 reserves/s x 10 µs = 0.5 threads at 100%: 1 bucket.
-	if !strings.Contains(out, "-> 1 stock buckets") {
+	if !strings.Contains(out, "-> 1 stock bucket (") {
 		t.Errorf("plan from flags:\n%s", out)
 	}
 

@@ -161,20 +161,39 @@ func (p Plan) Lines(l Load, c Costs, s Sizing) []string {
 	if !math.IsInf(p.StreamBurstDrain, 1) {
 		drain = f("%.1f s", p.StreamBurstDrain)
 	}
+	// Every instance runs FLASHSALE_APPLY_WORKERS appliers: the deployment
+	// runs that many times the instances, at least the appliers needed.
+	workers := f("FLASHSALE_APPLY_WORKERS=%d on each of the %s runs %d", p.AppliersPerInst, count(p.Instances, "instance", "instances"),
+		p.AppliersPerInst*p.Instances)
+	if p.Instances == 1 {
+		workers = f("FLASHSALE_APPLY_WORKERS=%d on the one instance", p.AppliersPerInst)
+	}
 	return []string{
-		f("load: %.0f attempts/s: %.0f on the hot SKU (stock %d, sold out after %.2f s), %.0f over %d other SKUs",
-			l.Rate, p.HotRate, l.HotStock, p.HotSellSeconds, p.NormalRate, l.SKUs),
+		f("load: %.0f attempts/s: %.0f on the hot SKU (stock %d, sold out after %.2f s), %.0f over %s",
+			l.Rate, p.HotRate, l.HotStock, p.HotSellSeconds, p.NormalRate, count(l.SKUs, "other SKU", "other SKUs")),
 		f("costs: handler %.1f µs/request, Redis %.1f µs/reserve, JetStream %.1f µs/message, database %.1f µs/order; headroom %.0f%%",
 			c.HandlerUS, c.RedisUS, c.NATSUS, c.DBUS, s.Headroom*100),
 		"",
-		f("redis: hot SKU %.1f primary threads busy -> %d stock buckets (%.0f reserves/s each); other SKUs %.2f -> %d primaries in all (each with a replica)",
-			p.RedisLoadHot, p.Buckets, p.ReservesPerBucket, p.RedisLoadNormal, p.RedisPrimaries),
-		f("flashsale: %.1f cores busy -> %d instances of %d cores", p.InstanceCoresBusy, p.Instances, s.InstanceCores),
-		f("nats: %d nodes (FLASHSALE_NATS_REPLICAS=%d); one order stream takes %.0f messages/s at the headroom; %.0f offered while the hot SKU sells; its %d orders stored in %s",
-			p.NATSNodes, s.NATSReplicas, p.StreamCapacity, p.StreamPeak, p.OrdersHotBurst, drain),
-		f("consumers: %d appliers (FLASHSALE_APPLY_WORKERS=%d on each instance), FLASHSALE_APPLY_BATCH=%d: %.0f transactions/s when batches fill",
-			p.Appliers, p.AppliersPerInst, p.Batch, p.TransactionsRate),
-		f("database: %.0f orders/s from the other SKUs (%.2f cores busy); the hot SKU's %d orders applied in %.1f s (one row: serial); the %.0f refused attempts/s never reach it",
-			p.OrdersNormal, p.DBBusyCores, p.OrdersHotBurst, p.HotDrainSeconds, p.HotRefusedRate),
+		f("redis: hot SKU %.1f primary threads busy -> %s (%.0f reserves/s each); other SKUs %.2f -> %s in all (each with a replica)",
+			p.RedisLoadHot, count(p.Buckets, "stock bucket", "stock buckets"), p.ReservesPerBucket, p.RedisLoadNormal,
+			count(p.RedisPrimaries, "primary", "primaries")),
+		f("flashsale: %.1f cores busy -> %s of %s", p.InstanceCoresBusy, count(p.Instances, "instance", "instances"),
+			count(s.InstanceCores, "core", "cores")),
+		f("nats: %s (FLASHSALE_NATS_REPLICAS=%d); one order stream takes %.0f messages/s at the headroom; %.0f offered while the hot SKU sells; its %s stored in %s",
+			count(p.NATSNodes, "node", "nodes"), s.NATSReplicas, p.StreamCapacity, p.StreamPeak, count64(p.OrdersHotBurst, "order", "orders"), drain),
+		f("consumers: %s needed: %s; FLASHSALE_APPLY_BATCH=%d: %.0f transactions/s when batches fill",
+			count(p.Appliers, "applier", "appliers"), workers, p.Batch, p.TransactionsRate),
+		f("database: %.0f orders/s from the other SKUs (%.2f cores busy); the hot SKU's %s applied in %.1f s (one row: serial); the %.0f refused attempts/s never reach it",
+			p.OrdersNormal, p.DBBusyCores, count64(p.OrdersHotBurst, "order", "orders"), p.HotDrainSeconds, p.HotRefusedRate),
 	}
+}
+
+// count is n with the noun that fits it: "1 instance", "2 instances".
+func count(n int, one, many string) string { return count64(int64(n), one, many) }
+
+func count64(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -105,3 +105,36 @@ func TestMakeRefusesNonsense(t *testing.T) {
 		}
 	}
 }
+
+// TestLinesWording: counts of one are singular, and the appliers line says
+// how many FLASHSALE_APPLY_WORKERS runs over every instance, not only the
+// appliers the database work needs.
+func TestLinesWording(t *testing.T) {
+	cases := []struct {
+		l    Load
+		s    Sizing
+		want []string
+	}{
+		{Load{Rate: 1_010_000, HotShare: 0.99, SKUs: 10_000, HotStock: 100_000}, Sizing{InstanceCores: 2, Headroom: 0.5, NATSReplicas: 3, Batch: 1000},
+			[]string{"-> 42 stock buckets (", "43 primaries in all", "122 instances of 2 cores", "3 nodes (", "its 100000 orders stored",
+				"consumers: 7 appliers needed: FLASHSALE_APPLY_WORKERS=1 on each of the 122 instances runs 122; FLASHSALE_APPLY_BATCH=1000"}},
+		{Load{Rate: 1000, HotShare: 0.5, SKUs: 1, HotStock: 1}, Sizing{InstanceCores: 1, Headroom: 0.5, NATSReplicas: 1, Batch: 1000},
+			[]string{"over 1 other SKU\n", "-> 1 stock bucket (", "2 primaries in all", "-> 1 instance of 1 core\n", "nats: 1 node (",
+				"its 1 order stored", "the hot SKU's 1 order applied", "consumers: 2 appliers needed: FLASHSALE_APPLY_WORKERS=2 on the one instance;"}},
+		{Load{Rate: 1000, HotShare: 1, SKUs: 0, HotStock: 10}, Sizing{InstanceCores: 2, Headroom: 1, NATSReplicas: 1, Batch: 1000},
+			[]string{"-> 1 primary in all", "1 applier needed:"}},
+	}
+	c := Costs{HandlerUS: 120, RedisUS: 21, NATSUS: 26, DBUS: 250}
+	for _, tc := range cases {
+		p, err := Make(tc.l, c, tc.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := strings.Join(p.Lines(tc.l, c, tc.s), "\n") + "\n"
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("plan of %+v lacks %q:\n%s", tc.l, w, out)
+			}
+		}
+	}
+}

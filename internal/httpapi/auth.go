@@ -54,8 +54,7 @@ var errAdminDisabled = errors.New("admin api disabled")
 // ignored and a token is required.
 type UserAuth struct {
 	secret  []byte
-	macs    *macPool // HMAC states keyed with secret (jwt.go)
-	skew    time.Duration
+	tokens  *tokenVerifier   // jwt.go
 	now     func() time.Time // the clock, if not the request's (tests)
 	header  string
 	proxies *Proxies
@@ -63,7 +62,7 @@ type UserAuth struct {
 
 // NewUserAuth returns a verifier for tokens signed with secret.
 func NewUserAuth(secret string) *UserAuth {
-	return &UserAuth{secret: []byte(secret), macs: newMacPool([]byte(secret)), skew: 30 * time.Second}
+	return &UserAuth{secret: []byte(secret), tokens: newTokenVerifier([]byte(secret), 30*time.Second)}
 }
 
 // WithGateway returns a copy of a that takes the user id from header on
@@ -121,23 +120,20 @@ func (a *UserAuth) verify(tok string, now time.Time) (string, error) {
 	if len(a.secret) == 0 {
 		return "", errUnauthenticated
 	}
-	c, ok := a.macs.verifyHS256(tok)
-	if !ok || !c.hasExp {
-		return "", errUnauthenticated
-	}
-	if c.hasNbf && now.Before(c.nbf.Add(-a.skew)) || !sale.ValidUser(c.sub) {
-		return "", errUnauthenticated
-	}
-	if !now.Before(c.exp.Add(a.skew)) {
+	sub, ok, expired := a.tokens.verify(tok, now)
+	switch {
+	case expired:
 		return "", errTokenExpired
+	case !ok:
+		return "", errUnauthenticated
 	}
-	return c.sub, nil
+	return sub, nil
 }
 
 // Sign issues a user token for sub valid for ttl (used by the token
 // subcommand, the demo and tests; production tokens come from your login service).
 func Sign(secret, sub string, ttl time.Duration) (string, error) {
-	return signHS256([]byte(secret), sub, time.Now(), ttl), nil
+	return signHS256([]byte(secret), sub, time.Now(), ttl)
 }
 
 // adminOK compares a request's bearer token with the admin token in constant time.

@@ -203,30 +203,74 @@ func decodeOrderFast(b []byte, cat *purchase.Catalog) (orderInput, bool) {
 // wholeNumber consumes a JSON number with no fraction or exponent and at
 // most 18 digits (so it fits an int64).
 func (l *lexer) wholeNumber() (int64, bool) {
-	s, e, ok := l.number()
-	if !ok {
+	b, i := l.b, l.i
+	neg := i < len(b) && b[i] == '-'
+	if neg {
+		i++
+	}
+	start := i
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	digits := b[start:i]
+	if len(digits) == 0 || len(digits) > 18 || digits[0] == '0' && len(digits) > 1 {
 		return 0, false
 	}
-	lit := l.b[s:e]
-	neg := lit[0] == '-'
-	if neg {
-		lit = lit[1:]
-	}
-	if len(lit) > 18 {
+	if i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
 		return 0, false
 	}
 	var n int64
-	for _, c := range lit {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
+	for _, c := range digits {
 		n = n*10 + int64(c-'0')
 	}
 	if neg {
 		n = -n
 	}
+	l.i = i
 	return n, true
 }
+
+// lexer walks a JSON document for decodeOrderFast.
+type lexer struct {
+	b []byte
+	i int
+}
+
+func (l *lexer) space() {
+	for l.i < len(l.b) {
+		switch l.b[l.i] {
+		case ' ', '\t', '\n', '\r':
+			l.i++
+		default:
+			return
+		}
+	}
+}
+
+func (l *lexer) eat(c byte) bool {
+	if l.i < len(l.b) && l.b[l.i] == c {
+		l.i++
+		return true
+	}
+	return false
+}
+
+// end reports whether only white space is left.
+func (l *lexer) end() bool {
+	l.space()
+	return l.i == len(l.b)
+}
+
+func (l *lexer) literal(s string) bool {
+	if len(l.b)-l.i >= len(s) && string(l.b[l.i:l.i+len(s)]) == s {
+		l.i += len(s)
+		return true
+	}
+	return false
+}
+
+// null consumes a null literal if one is next.
+func (l *lexer) null() bool { return l.literal("null") }
 
 // decodeJSON is the strict decoder behind decode (fuzzed).
 func decodeJSON(body []byte, v any) error {

@@ -1,763 +1,332 @@
 package httpapi
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
+	"errors"
 	"hash"
-	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/flashsale/flashsale/internal/sale"
 )
 
-// The user token verifier: HS256 JWTs checked without reflection or maps.
+// The user token verifier: HS256 JWTs with golang-jwt/v5's verdicts
+// (ParseWithClaims into RegisteredClaims, methods pinned to HS256, exp
+// required, the skew as leeway), then a valid user id in "sub".
 //
-// It accepts exactly the tokens golang-jwt/v5 (ParseWithClaims into
-// RegisteredClaims with the methods pinned to HS256, exp required and a
-// leeway) accepted, which a differential fuzz test holds it to
-// (FuzzVerifyTokenDifferential):
+// Every token first passes two checks golang-jwt makes too: at most
+// maxToken bytes in three dot-separated segments, and a third segment
+// (unpadded base64url, read by encoding/base64 as golang-jwt reads it) that
+// is the HMAC-SHA256 of the first two with the secret, compared in constant
+// time. With HS256 pinned, that comparison is the only way golang-jwt
+// accepts a token, so a forged one is refused here without reading any
+// JSON. A signed token then takes one of two paths:
 //
-//   - exactly three dot-separated segments, each unpadded base64url (the
-//     decoder of encoding/base64: line breaks skipped, loose trailing bits);
-//   - the header a JSON object whose last "alg" member is the string
-//     "HS256" (any other members, any JSON, numbers within float64);
-//   - the signature HMAC-SHA256 of "header.claims" with the secret,
-//     compared in constant time;
-//   - the claims a JSON object as encoding/json matches it to the
-//     registered claims (member names folded as it folds them; unknown
-//     members ignored; null leaves a string claim as it was and clears a
-//     date): iss, sub, jti strings; aud a string or an array of strings;
-//     exp, nbf, iat numbers or strings holding a JSON number, within
-//     float64; exp present and not past (now < exp + skew), nbf, if
-//     present, reached (now >= nbf - skew).
+//   - the fast path, for the shapes our own Sign and the usual login
+//     services write: a header that is one of compactHeaders byte for byte,
+//     and claims that readCompact reads (compact JSON, no escapes, the
+//     registered claims of the types they have). On these, encoding/json's
+//     reading is the bytes as they are, so only exp and nbf are left to
+//     check, as golang-jwt checks them;
+//   - any other token goes to golang-jwt itself.
 //
-// Every failure is the same errUnauthenticated: a client learns nothing
-// about which check its token failed.
+// FuzzVerifyTokenDifferential holds both paths to golang-jwt. Every failure
+// is the same errUnauthenticated: a client learns nothing about which check
+// its token failed.
 
 // maxToken bounds a token's length; longer ones are refused unread.
 const maxToken = 4096
 
-// macPool keeps HMAC-SHA256 states keyed with one secret, and the buffers a
-// verification decodes into, so a verification allocates nothing.
-type macPool struct{ p sync.Pool }
+// tokenVerifier verifies tokens signed with one secret. Its pool keeps
+// HMAC-SHA256 states keyed with the secret and the buffers a verification
+// decodes into, so the fast path allocates only the subject.
+type tokenVerifier struct {
+	secret []byte
+	skew   time.Duration
+	pool   sync.Pool
+}
 
-type macState struct {
+type tokenState struct {
 	mac hash.Hash
 	sum [sha256.Size]byte
 	tok [maxToken]byte         // the token, as bytes (the base64 decoder reads []byte)
 	dec [maxToken / 4 * 3]byte // a decoded segment
 }
 
-func newMacPool(secret []byte) *macPool {
-	key := append([]byte(nil), secret...)
-	mp := &macPool{}
-	mp.p.New = func() any { return &macState{mac: hmac.New(sha256.New, key)} }
-	return mp
+func newTokenVerifier(secret []byte, skew time.Duration) *tokenVerifier {
+	v := &tokenVerifier{secret: append([]byte(nil), secret...), skew: skew}
+	v.pool.New = func() any { return &tokenState{mac: hmac.New(sha256.New, v.secret)} }
+	return v
 }
 
-// tokenClaims are the claims verifyHS256 returns.
-type tokenClaims struct {
-	sub      string
-	exp, nbf time.Time
-	hasExp   bool
-	hasNbf   bool
-}
-
-// verifyHS256 checks tok's form, header and signature and returns its
-// claims (not yet checked against the clock).
-func (mp *macPool) verifyHS256(tok string) (tokenClaims, bool) {
+// verify returns tok's subject if golang-jwt accepts tok at now and its
+// subject is a valid user id. expired is true only for a token that fails
+// on its expiry alone: correctly signed, valid but for exp (so a 401 may
+// say "expired" without telling a forger anything).
+func (v *tokenVerifier) verify(tok string, now time.Time) (sub string, ok, expired bool) {
 	if len(tok) > maxToken {
-		return tokenClaims{}, false
+		return "", false, false
 	}
-	d1 := indexByte(tok, 0)
+	d1 := strings.IndexByte(tok, '.')
 	if d1 < 0 {
-		return tokenClaims{}, false
+		return "", false, false
 	}
-	d2 := indexByte(tok, d1+1)
-	if d2 < 0 || indexByte(tok, d2+1) >= 0 {
-		return tokenClaims{}, false
+	d2 := strings.IndexByte(tok[d1+1:], '.') + d1 + 1
+	if d2 == d1 || strings.IndexByte(tok[d2+1:], '.') >= 0 {
+		return "", false, false
 	}
-	st := mp.p.Get().(*macState)
-	defer mp.p.Put(st)
+	st := v.pool.Get().(*tokenState)
+	defer v.pool.Put(st)
 	b := st.tok[:copy(st.tok[:], tok)]
 	enc := base64.RawURLEncoding
-	// The usual header (golang-jwt's and Sign's) is known good; any
-	// other is decoded and checked.
-	if tok[:d1] != hs256Header {
-		n, err := enc.Decode(st.dec[:], b[:d1])
-		if err != nil || !headerIsHS256(st.dec[:n]) {
-			return tokenClaims{}, false
-		}
-	}
-	// The signature before the claims: a forged token reads no further.
 	n, err := enc.Decode(st.dec[:], b[d2+1:])
 	if err != nil {
-		return tokenClaims{}, false
+		return "", false, false
 	}
 	st.mac.Reset()
 	st.mac.Write(b[:d2])
 	if !hmac.Equal(st.dec[:n], st.mac.Sum(st.sum[:0])) {
-		return tokenClaims{}, false
+		return "", false, false
 	}
-	n, err = enc.Decode(st.dec[:], b[d1+1:d2])
-	if err != nil {
-		return tokenClaims{}, false
+	if compactHeader(tok[:d1]) {
+		n, err := enc.Decode(st.dec[:], b[d1+1:d2])
+		if err != nil {
+			return "", false, false
+		}
+		if c, ok := readCompact(st.dec[:n]); ok {
+			sub, ok := c.check(now, v.skew)
+			return sub, ok, !ok && c.expiredOnly(now, v.skew)
+		}
 	}
-	return parseClaims(st.dec[:n])
+	return v.verifyJWT(tok, now)
 }
 
-// indexByte is the index of the first '.' in s at or after from, or -1.
-func indexByte(s string, from int) int {
-	if i := strings.IndexByte(s[from:], '.'); i >= 0 {
-		return from + i
+// verifyJWT is golang-jwt's verdict on tok at now (see verify).
+func (v *tokenVerifier) verifyJWT(tok string, now time.Time) (sub string, ok, expired bool) {
+	var c jwt.RegisteredClaims
+	_, err := jwt.ParseWithClaims(tok, &c, func(*jwt.Token) (any, error) { return v.secret, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithLeeway(v.skew),
+		jwt.WithTimeFunc(func() time.Time { return now }),
+	)
+	if err != nil || !sale.ValidUser(c.Subject) {
+		expired := errors.Is(err, jwt.ErrTokenExpired) && !errors.Is(err, jwt.ErrTokenSignatureInvalid) &&
+			!errors.Is(err, jwt.ErrTokenNotValidYet) && !errors.Is(err, jwt.ErrTokenMalformed) && sale.ValidUser(c.Subject)
+		return "", false, expired
 	}
-	return -1
+	return c.Subject, true, false
 }
 
-// hs256Header is the base64url of {"alg":"HS256","typ":"JWT"}.
-const hs256Header = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
+// compactHeaders are the base64url of the headers the fast path knows:
+// golang-jwt's, jsonwebtoken's and PyJWT's ({"alg":"HS256","typ":"JWT"}),
+// the same in the other order, and alg alone (jose, jjwt).
+var compactHeaders = [...]string{
+	"eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9",
+	"eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9",
+	"eyJhbGciOiJIUzI1NiJ9",
+}
 
-// headerIsHS256 reports whether b is a JSON object whose last "alg" member
-// is the string "HS256" and whose numbers all fit a float64 (encoding/json
-// refuses to decode the header into a map otherwise).
-func headerIsHS256(b []byte) bool {
-	l := lexer{b: b}
-	l.space()
-	if !l.eat('{') {
-		return false
-	}
-	alg := false
-	l.space()
-	if l.eat('}') {
-		return false // no alg
-	}
-	for {
-		l.space()
-		ks, ke, ok := l.str()
-		if !ok {
-			return false
+func compactHeader(h string) bool {
+	for _, k := range compactHeaders {
+		if h == k {
+			return true
 		}
-		var kb [12]byte
-		key, fits := unquote(kb[:0], b[ks:ke], 8)
-		l.space()
-		if !l.eat(':') {
-			return false
-		}
-		l.space()
-		if fits && string(key) == "alg" {
-			alg = false
-			if l.peek() == '"' {
-				vs, ve, ok := l.str()
-				if !ok {
-					return false
-				}
-				var vb [12]byte
-				v, fits := unquote(vb[:0], b[vs:ve], 8)
-				alg = fits && string(v) == "HS256"
-			} else if !l.value(0, true) {
-				return false
+	}
+	return false
+}
+
+// compactClaims are the claims the fast path checks.
+type compactClaims struct {
+	sub            []byte
+	exp, nbf       int64 // seconds
+	hasExp, hasNbf bool
+}
+
+// check is golang-jwt's validation of c at now (exp required, nbf if
+// present, each with the leeway skew), then the subject's.
+func (c compactClaims) check(now time.Time, skew time.Duration) (string, bool) {
+	if !c.hasExp || !now.Before(time.Unix(c.exp, 0).Add(skew)) || c.hasNbf && now.Before(time.Unix(c.nbf, 0).Add(-skew)) {
+		return "", false
+	}
+	sub := string(c.sub)
+	if !sale.ValidUser(sub) {
+		return "", false
+	}
+	return sub, true
+}
+
+// expiredOnly reports whether c fails check at now on its expiry alone.
+func (c compactClaims) expiredOnly(now time.Time, skew time.Duration) bool {
+	return c.hasExp && !now.Before(time.Unix(c.exp, 0).Add(skew)) &&
+		!(c.hasNbf && now.Before(time.Unix(c.nbf, 0).Add(-skew))) && sale.ValidUser(string(c.sub))
+}
+
+// readCompact reads claims b if they have the compact shape, where what
+// encoding/json reads into RegisteredClaims is plain: one object, no white
+// space; member names of printable ASCII without escapes, a registered
+// claim's name (iss, sub, aud, exp, nbf, iat, jti) in lower case and at most
+// once; iss, sub, aud and jti strings without escapes (sub in ASCII);
+// exp, nbf and iat whole numbers of 1-15 digits (exact in a float64); any
+// other member a string without escapes, such a number, true, false or
+// null. ok is false for any other claims, which golang-jwt then reads.
+func readCompact(b []byte) (c compactClaims, ok bool) {
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return c, false
+	}
+	b = b[1 : len(b)-1]
+	var seen [7]bool
+	for i := 0; i < len(b); {
+		if i > 0 {
+			if b[i] != ',' {
+				return c, false
 			}
-		} else if !l.value(0, true) {
-			return false
+			i++
 		}
-		l.space()
-		if l.eat('}') {
-			return alg && l.end()
+		name, n := compactString(b[i:], 0x7f)
+		if n == 0 || i+n >= len(b) || b[i+n] != ':' {
+			return c, false
 		}
-		if !l.eat(',') {
-			return false
+		i += n + 1
+		claim := registered(name)
+		if claim < 0 && len(name) == 3 {
+			// encoding/json matches names without regard to case.
+			var lower [3]byte
+			for k, ch := range name {
+				if 'A' <= ch && ch <= 'Z' {
+					ch += 'a' - 'A'
+				}
+				lower[k] = ch
+			}
+			if registered(lower[:]) >= 0 {
+				return c, false
+			}
+		}
+		if claim >= 0 {
+			if seen[claim] {
+				return c, false
+			}
+			seen[claim] = true
+		}
+		limit := byte(0xff) // the string's bytes: any but " and \ (encoding/json ignores it)
+		if claim == claimSub {
+			limit = 0x7f
+		}
+		str, n := compactString(b[i:], limit)
+		num, m := compactNumber(b[i:])
+		switch {
+		case claim == claimExp || claim == claimNbf || claim == claimIat:
+			if m == 0 {
+				return c, false
+			}
+			switch claim {
+			case claimExp:
+				c.exp, c.hasExp = num, true
+			case claimNbf:
+				c.nbf, c.hasNbf = num, true
+			}
+			i += m
+		case n > 0:
+			if claim == claimSub {
+				c.sub = str
+			}
+			i += n
+		case claim >= 0:
+			return c, false
+		case m > 0:
+			i += m
+		default:
+			lit := 0
+			for _, l := range [...]string{"true", "false", "null"} {
+				if bytes.HasPrefix(b[i:], []byte(l)) {
+					lit = len(l)
+				}
+			}
+			if lit == 0 {
+				return c, false
+			}
+			i += lit
 		}
 	}
+	return c, true
 }
 
-// The registered claims, by their names as encoding/json folds them.
+// The registered claims, by index into readCompact's seen.
 const (
-	claimOther = iota
-	claimString
+	claimIss = iota
 	claimSub
 	claimAud
 	claimExp
 	claimNbf
 	claimIat
+	claimJti
 )
 
-func claimOf(key []byte) int {
-	switch string(key) { // the names as written, before folding
+// registered is the registered claim named name exactly, or -1.
+func registered(name []byte) int {
+	switch string(name) {
+	case "iss":
+		return claimIss
 	case "sub":
 		return claimSub
+	case "aud":
+		return claimAud
 	case "exp":
 		return claimExp
-	case "iat":
-		return claimIat
 	case "nbf":
 		return claimNbf
-	}
-	var f [3]byte // the folded name, if three runes that fold to ASCII
-	n := 0
-	for i := 0; i < len(key); {
-		r, size := rune(key[i]), 1
-		if r >= utf8.RuneSelf {
-			r, size = utf8.DecodeRune(key[i:])
-			r = foldRune(r)
-		} else if 'a' <= r && r <= 'z' {
-			r -= 'a' - 'A'
-		}
-		i += size
-		if n == len(f) || r >= utf8.RuneSelf {
-			return claimOther
-		}
-		f[n] = byte(r)
-		n++
-	}
-	if n != 3 {
-		return claimOther
-	}
-	switch string(f[:]) {
-	case "ISS", "JTI":
-		return claimString
-	case "SUB":
-		return claimSub
-	case "AUD":
-		return claimAud
-	case "EXP":
-		return claimExp
-	case "NBF":
-		return claimNbf
-	case "IAT":
+	case "iat":
 		return claimIat
-	}
-	return claimOther
-}
-
-// foldRune is encoding/json's: the smallest rune of r's fold set.
-func foldRune(r rune) rune {
-	for {
-		r2 := unicode.SimpleFold(r)
-		if r2 <= r {
-			return r2
-		}
-		r = r2
-	}
-}
-
-// parseClaims reads the claims object b.
-func parseClaims(b []byte) (tokenClaims, bool) {
-	var c tokenClaims
-	var sub []byte
-	var subBuf [132]byte
-	l := lexer{b: b}
-	l.space()
-	if !l.eat('{') {
-		return c, false
-	}
-	l.space()
-	if l.eat('}') {
-		return c, l.end()
-	}
-	for {
-		l.space()
-		ks, ke, ok := l.str()
-		if !ok {
-			return c, false
-		}
-		var kb [16]byte // three runes (12 bytes) at most name a claim
-		key, fits := unquote(kb[:0], b[ks:ke], 12)
-		kind := claimOther
-		if fits {
-			kind = claimOf(key)
-		}
-		l.space()
-		if !l.eat(':') {
-			return c, false
-		}
-		l.space()
-		switch {
-		case kind == claimOther:
-			if !l.value(0, false) {
-				return c, false
-			}
-		case l.null():
-			switch kind {
-			case claimExp:
-				c.hasExp = false
-			case claimNbf:
-				c.hasNbf = false
-			}
-		case kind == claimString || kind == claimSub:
-			vs, ve, ok := l.str()
-			if !ok {
-				return c, false
-			}
-			if kind == claimSub {
-				sub, _ = unquote(subBuf[:0], b[vs:ve], -1)
-			}
-		case kind == claimAud:
-			if !l.audience() {
-				return c, false
-			}
-		default: // a date
-			t, ok := l.numericDate()
-			if !ok {
-				return c, false
-			}
-			switch kind {
-			case claimExp:
-				c.exp, c.hasExp = t, true
-			case claimNbf:
-				c.nbf, c.hasNbf = t, true
-			}
-		}
-		l.space()
-		if l.eat('}') {
-			if !l.end() {
-				return c, false
-			}
-			c.sub = string(sub)
-			return c, true
-		}
-		if !l.eat(',') {
-			return c, false
-		}
-	}
-}
-
-// lexer walks a JSON document, refusing what encoding/json's scanner refuses.
-type lexer struct {
-	b []byte
-	i int
-}
-
-func (l *lexer) space() {
-	for l.i < len(l.b) {
-		switch l.b[l.i] {
-		case ' ', '\t', '\n', '\r':
-			l.i++
-		default:
-			return
-		}
-	}
-}
-
-func (l *lexer) peek() byte {
-	if l.i < len(l.b) {
-		return l.b[l.i]
-	}
-	return 0
-}
-
-func (l *lexer) eat(c byte) bool {
-	if l.i < len(l.b) && l.b[l.i] == c {
-		l.i++
-		return true
-	}
-	return false
-}
-
-// end reports whether only white space is left.
-func (l *lexer) end() bool {
-	l.space()
-	return l.i == len(l.b)
-}
-
-func (l *lexer) literal(s string) bool {
-	if len(l.b)-l.i >= len(s) && string(l.b[l.i:l.i+len(s)]) == s {
-		l.i += len(s)
-		return true
-	}
-	return false
-}
-
-// null consumes a null literal if one is next.
-func (l *lexer) null() bool { return l.literal("null") }
-
-// str consumes a string and returns the span of its contents.
-func (l *lexer) str() (start, end int, ok bool) {
-	if !l.eat('"') {
-		return 0, 0, false
-	}
-	start = l.i
-	for l.i < len(l.b) {
-		c := l.b[l.i]
-		switch {
-		case c == '"':
-			l.i++
-			return start, l.i - 1, true
-		case c < 0x20:
-			return 0, 0, false
-		case c == '\\':
-			l.i++
-			if l.i >= len(l.b) {
-				return 0, 0, false
-			}
-			switch l.b[l.i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				l.i++
-			case 'u':
-				l.i++
-				if len(l.b)-l.i < 4 {
-					return 0, 0, false
-				}
-				for k := 0; k < 4; k++ {
-					if hexVal(l.b[l.i+k]) < 0 {
-						return 0, 0, false
-					}
-				}
-				l.i += 4
-			default:
-				return 0, 0, false
-			}
-		default:
-			l.i++
-		}
-	}
-	return 0, 0, false
-}
-
-// number consumes a number and returns its span.
-func (l *lexer) number() (start, end int, ok bool) {
-	start = l.i
-	if !validNumberAt(l.b, &l.i) {
-		return 0, 0, false
-	}
-	return start, l.i, true
-}
-
-// validNumberAt consumes the longest JSON number at b[*i:], reporting
-// whether there is one.
-func validNumberAt(b []byte, i *int) bool {
-	j := *i
-	digits := func() int {
-		k := j
-		for j < len(b) && '0' <= b[j] && b[j] <= '9' {
-			j++
-		}
-		return j - k
-	}
-	if j < len(b) && b[j] == '-' {
-		j++
-	}
-	switch {
-	case j < len(b) && b[j] == '0':
-		j++
-	case j < len(b) && '1' <= b[j] && b[j] <= '9':
-		digits()
-	default:
-		return false
-	}
-	if j < len(b) && b[j] == '.' {
-		j++
-		if digits() == 0 {
-			return false
-		}
-	}
-	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
-		j++
-		if j < len(b) && (b[j] == '+' || b[j] == '-') {
-			j++
-		}
-		if digits() == 0 {
-			return false
-		}
-	}
-	*i = j
-	return true
-}
-
-// isValidNumber reports whether s is exactly one JSON number.
-func isValidNumber(s []byte) bool {
-	i := 0
-	return validNumberAt(s, &i) && i == len(s)
-}
-
-// fitsFloat reports whether the number literal s decodes into a float64.
-func fitsFloat(s []byte) bool {
-	_, err := strconv.ParseFloat(string(s), 64)
-	return err == nil
-}
-
-// value consumes any JSON value; with floats, every number in it must fit
-// a float64.
-func (l *lexer) value(depth int, floats bool) bool {
-	if depth > 10000 {
-		return false
-	}
-	switch c := l.peek(); {
-	case c == '"':
-		_, _, ok := l.str()
-		return ok
-	case c == '{':
-		l.i++
-		l.space()
-		if l.eat('}') {
-			return true
-		}
-		for {
-			l.space()
-			if _, _, ok := l.str(); !ok {
-				return false
-			}
-			l.space()
-			if !l.eat(':') {
-				return false
-			}
-			l.space()
-			if !l.value(depth+1, floats) {
-				return false
-			}
-			l.space()
-			if l.eat('}') {
-				return true
-			}
-			if !l.eat(',') {
-				return false
-			}
-		}
-	case c == '[':
-		l.i++
-		l.space()
-		if l.eat(']') {
-			return true
-		}
-		for {
-			l.space()
-			if !l.value(depth+1, floats) {
-				return false
-			}
-			l.space()
-			if l.eat(']') {
-				return true
-			}
-			if !l.eat(',') {
-				return false
-			}
-		}
-	case c == '-' || '0' <= c && c <= '9':
-		s, e, ok := l.number()
-		return ok && (!floats || fitsFloat(l.b[s:e]))
-	case c == 't':
-		return l.literal("true")
-	case c == 'f':
-		return l.literal("false")
-	case c == 'n':
-		return l.literal("null")
-	}
-	return false
-}
-
-// audience consumes an aud claim (not null): a string or an array of strings.
-func (l *lexer) audience() bool {
-	if l.peek() == '"' {
-		_, _, ok := l.str()
-		return ok
-	}
-	if !l.eat('[') {
-		return false
-	}
-	l.space()
-	if l.eat(']') {
-		return true
-	}
-	for {
-		l.space()
-		if _, _, ok := l.str(); !ok {
-			return false
-		}
-		l.space()
-		if l.eat(']') {
-			return true
-		}
-		if !l.eat(',') {
-			return false
-		}
-	}
-}
-
-// numericDate consumes a date claim (not null) as golang-jwt reads one: a
-// number, or a string holding a JSON number, in seconds, truncated to the
-// second.
-func (l *lexer) numericDate() (time.Time, bool) {
-	var lit []byte
-	var buf [64]byte
-	switch c := l.peek(); {
-	case c == '"':
-		s, e, ok := l.str()
-		if !ok {
-			return time.Time{}, false
-		}
-		var fits bool
-		lit, fits = unquote(buf[:0], l.b[s:e], -1)
-		if !fits || !isValidNumber(lit) {
-			return time.Time{}, false
-		}
-	case c == '-' || '0' <= c && c <= '9':
-		s, e, ok := l.number()
-		if !ok {
-			return time.Time{}, false
-		}
-		lit = l.b[s:e]
-	default:
-		return time.Time{}, false
-	}
-	f, ok := parseSeconds(lit)
-	if !ok {
-		return time.Time{}, false
-	}
-	round, frac := math.Modf(f)
-	if frac == 0 {
-		return time.Unix(int64(round), 0), true // whole seconds already
-	}
-	return time.Unix(int64(round), int64(frac*1e9)).Truncate(time.Second), true
-}
-
-// parseSeconds is strconv.ParseFloat of a JSON number, without its cost
-// for the usual whole number of at most 15 digits (exact in a float64).
-func parseSeconds(lit []byte) (float64, bool) {
-	digits := lit
-	if len(digits) > 0 && digits[0] == '-' {
-		digits = digits[1:]
-	}
-	if len(digits) == 0 || len(digits) > 15 {
-		return parseFloat(lit)
-	}
-	var n int64
-	for _, c := range digits {
-		if c < '0' || c > '9' {
-			return parseFloat(lit)
-		}
-		n = n*10 + int64(c-'0')
-	}
-	if len(digits) < len(lit) {
-		return -float64(n), true
-	}
-	return float64(n), true
-}
-
-func parseFloat(lit []byte) (float64, bool) {
-	f, err := strconv.ParseFloat(string(lit), 64)
-	return f, err == nil
-}
-
-func hexVal(c byte) rune {
-	switch {
-	case '0' <= c && c <= '9':
-		return rune(c - '0')
-	case 'a' <= c && c <= 'f':
-		return rune(c - 'a' + 10)
-	case 'A' <= c && c <= 'F':
-		return rune(c - 'A' + 10)
+	case "jti":
+		return claimJti
 	}
 	return -1
 }
 
-// getu4 decodes \uXXXX at the start of s, or returns -1.
-func getu4(s []byte) rune {
-	if len(s) < 6 || s[0] != '\\' || s[1] != 'u' {
-		return -1
+// compactString reads a JSON string at the start of b whose bytes are at
+// least 0x20, at most limit, and neither '"' nor '\': its contents and its
+// length with the quotes (0 if b does not start with one).
+func compactString(b []byte, limit byte) (s []byte, n int) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, 0
 	}
-	var r rune
-	for _, c := range s[2:6] {
-		h := hexVal(c)
-		if h < 0 {
-			return -1
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return b[1:i], i + 1
+		case c < 0x20 || c > limit || c == '\\':
+			return nil, 0
 		}
-		r = r*16 + h
 	}
-	return r
+	return nil, 0
 }
 
-// unquote appends the decoded contents s of a JSON string (already
-// validated by lexer.str) to dst as encoding/json decodes them (invalid
-// UTF-8 and lone surrogates become U+FFFD). With max >= 0 it stops, fits
-// false, once dst grows past max bytes (give dst room for max+4).
-func unquote(dst, s []byte, max int) (_ []byte, fits bool) {
-	// Plain ASCII up to the first escape or multi-byte rune is copied as
-	// it is.
-	plain := 0
-	for plain < len(s) && s[plain] != '\\' && s[plain] < utf8.RuneSelf {
-		plain++
-	}
-	if max >= 0 && len(dst)+plain > max+1 {
-		plain = max + 1 - len(dst)
-		if plain < 0 {
-			plain = 0
+// compactNumber reads a whole number of 1-15 digits, without a leading zero
+// (but 0), at the start of b: its value and length (0 if there is none).
+func compactNumber(b []byte) (v int64, n int) {
+	for n < len(b) && '0' <= b[n] && b[n] <= '9' {
+		v = v*10 + int64(b[n]-'0')
+		n++
+		if n > 15 || n == 2 && b[0] == '0' {
+			return 0, 0
 		}
 	}
-	dst = append(dst, s[:plain]...)
-	for r := plain; r < len(s); {
-		if max >= 0 && len(dst) > max {
-			return dst, false
-		}
-		c := s[r]
-		switch {
-		case c == '\\':
-			switch s[r+1] {
-			case '"', '\\', '/':
-				dst = append(dst, s[r+1])
-				r += 2
-			case 'b':
-				dst = append(dst, '\b')
-				r += 2
-			case 'f':
-				dst = append(dst, '\f')
-				r += 2
-			case 'n':
-				dst = append(dst, '\n')
-				r += 2
-			case 'r':
-				dst = append(dst, '\r')
-				r += 2
-			case 't':
-				dst = append(dst, '\t')
-				r += 2
-			case 'u':
-				rr := getu4(s[r:])
-				r += 6
-				if utf16.IsSurrogate(rr) {
-					if dec := utf16.DecodeRune(rr, getu4(s[r:])); dec != unicode.ReplacementChar {
-						dst = utf8.AppendRune(dst, dec)
-						r += 6
-						break
-					}
-					rr = unicode.ReplacementChar
-				}
-				dst = utf8.AppendRune(dst, rr)
-			}
-		case c < utf8.RuneSelf:
-			dst = append(dst, c)
-			r++
-		default:
-			rr, size := utf8.DecodeRune(s[r:])
-			r += size
-			dst = utf8.AppendRune(dst, rr)
-		}
+	if n < len(b) && (b[n] == '.' || b[n] == 'e' || b[n] == 'E') {
+		return 0, 0 // a fraction or an exponent
 	}
-	if max >= 0 && len(dst) > max {
-		return dst, false
-	}
-	return dst, true
+	return v, n
 }
 
-// signHS256 mints the token Sign returns: golang-jwt's encoding of the
-// registered claims sub, exp and iat (whole seconds), HS256.
-func signHS256(secret []byte, sub string, now time.Time, ttl time.Duration) string {
-	const header = hs256Header
-	claims := []byte(`{`)
-	if sub != "" {
-		s, _ := json.Marshal(sub)
-		claims = append(append(append(claims, `"sub":`...), s...), ',')
-	}
-	claims = strconv.AppendInt(append(claims, `"exp":`...), now.Add(ttl).Truncate(time.Second).Unix(), 10)
-	claims = strconv.AppendInt(append(claims, `,"iat":`...), now.Truncate(time.Second).Unix(), 10)
-	claims = append(claims, '}')
-	enc := base64.RawURLEncoding
-	tok := header + "." + enc.EncodeToString(claims)
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(tok))
-	return tok + "." + enc.EncodeToString(m.Sum(nil))
+// signHS256 mints the token Sign returns: golang-jwt's, with the registered
+// claims sub, exp and iat (whole seconds).
+func signHS256(secret []byte, sub string, now time.Time, ttl time.Duration) (string, error) {
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
+		Subject: sub, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+	}).SignedString(secret)
 }

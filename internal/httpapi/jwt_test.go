@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +14,9 @@ import (
 	"github.com/flashsale/flashsale/internal/sale"
 )
 
-// verifyWithJWT is the verifier flashsale used before jwt.go: golang-jwt,
-// HS256 pinned, exp required, 30s leeway. The hand verifier must give the
-// same verdict and subject on every token.
+// verifyWithJWT is the reference: golang-jwt, HS256 pinned, exp required,
+// 30s leeway, then a valid user id. The verifier must give the same verdict
+// and subject on every token.
 func verifyWithJWT(secret string, now time.Time, tok string) (string, bool) {
 	if len(tok) > 4096 {
 		return "", false
@@ -58,7 +59,7 @@ func checkSame(t *testing.T, a *UserAuth, tok string) {
 	want, wantOK := verifyWithJWT(diffSecret, diffNow, tok)
 	got, err := a.Verify(tok)
 	if (err == nil) != wantOK || got != want {
-		t.Fatalf("token %q: hand verifier %q %v, golang-jwt %q ok=%v", tok, got, err, want, wantOK)
+		t.Fatalf("token %q: verifier %q %v, golang-jwt %q ok=%v", tok, got, err, want, wantOK)
 	}
 }
 
@@ -93,16 +94,48 @@ var diffClaims = []string{
 	`{"sub":"` + strings.Repeat("b", 129) + `","exp":1900000000}`, `{"sub":"bob","exp":-0}`, `{"sub":"bob","exp":"-0.5"}`,
 }
 
-// TestVerifyTokenMatchesJWT: the hand verifier and golang-jwt agree on
-// tokens at the edges of the header, the claims and the encoding. The
-// first header is the one verifyHS256 knows without decoding it.
+// compactCases are claims at the edges of the fast path's shape: each is
+// read by readCompact or left to golang-jwt, and either way the verdict is
+// golang-jwt's.
+var compactCases = []string{
+	`{"sub":"bob","exp":1800000060,"iat":1799999000}`, `{"iat":1799999000,"exp":1800000060,"sub":"bob"}`,
+	`{"iss":"https://login.example.com/","sub":"bob","aud":"flashsale","exp":1800000060,"nbf":1799999000,"iat":1799999000,"jti":"a-1"}`,
+	`{"sub":"bob","exp":1800000060,"name":"Zoë","email_verified":true,"admin":false,"x":null,"n":0,"":""}`,
+	`{"sub":"bob","exp":1800000060,"https://example.com/roles":"buyer"}`, `{"sub":"bob","exp":1800000060,"roles":["a"]}`,
+	`{"sub":"bob","exp":1800000060,"o":{}}`, `{"sub":"bob","exp":1800000060,"uid":7,"azp":"x"}`,
+	`{"Sub":"bob","exp":1800000060}`, `{"sub":"bob","EXP":1800000060}`, `{"sub":"bob","exp":1800000060,"Nbf":1900000000}`,
+	`{"sub":"bob","exp":1800000060,"iAt":"x"}`, `{"sub":"bob","sub":"al","exp":1800000060}`, `{"sub":"bob","exp":1800000060,"exp":1}`,
+	`{"sub":"bob","exp":1800000060,"x":1,"x":2}`, `{"sub":"bob","exp":180000006000000}`, `{"sub":"bob","exp":1800000060000000}`,
+	`{"sub":"bob","exp":0}`, `{"sub":"bob","exp":01800000060}`, `{"sub":"bob","exp":1800000060.0}`, `{"sub":"bob","exp":18000000e2}`,
+	`{"sub":"bob","exp":-1}`, `{"sub":"bob","exp":"1800000060"}`, `{"sub":"bob","exp":1800000060,"nbf":null}`, `{"sub":null,"exp":1800000060}`,
+	`{"sub":"b\u006fb","exp":1800000060}`, `{"sub":"bøb","exp":1800000060}`, "{\"sub\":\"bob\x7f\",\"exp\":1800000060}",
+	"{\"sub\":\"bob\",\"exp\":1800000060,\"x\":\"\xff\"}", "{\"sub\":\"bob\",\"exp\":1800000060,\"x\":\"\x01\"}",
+	`{"sub":"bob","exp":1800000060,"iss":1}`, `{"sub":"bob","exp":1800000060,"aud":["a","b"]}`, `{"sub":"bob","exp":1800000060,"aud":null}`,
+	`{"sub":"bob","exp":1800000060,"jti":true}`, `{"sub":"bob","exp":1800000060,"x":tru}`, `{"sub":"bob","exp":1800000060,"x":nul}`,
+	`{"sub":"bob","exp":1800000060,"x":1x}`, `{"sub":"bob","exp":1800000060,}`, `{,"sub":"bob","exp":1800000060}`, `{"sub":"bob""exp":1800000060}`,
+	`{"sub":"bob","exp":1800000060}}`, `{{"sub":"bob","exp":1800000060}`, `{"sub":"bob","exp":1800000060 }`, `{"sub":"bob","exp" :1800000060}`,
+	`{"sub":"bob","exp":1800000060,"x":"}`, `{"sub":"bob","exp":1800000060,"x`, `{"sub":"bob","exp":1800000060,"x":}`, `{"sub":"bob","exp":}`,
+	`{"sub":"","exp":1800000060}`, `{"exp":1800000060}`, `{"sub":"bob","nbf":1}`, `{}`, `{"sub":"bob","exp":1800000060,"nbf":1800000031}`,
+	`{"sub":"bob","exp":1799999970}`, `{"sub":"bob","exp":1799999971}`, `{"sub":"bob","exp":1800000060,"nbf":1800000030}`,
+	`{"sub":"` + strings.Repeat("b", 128) + `","exp":1800000060}`, `{"sub":"` + strings.Repeat("b", 129) + `","exp":1800000060}`,
+}
+
+// TestVerifyTokenMatchesJWT: the verifier and golang-jwt agree on tokens at
+// the edges of the header, the claims and the encoding, each header with
+// each set of claims (the fast path's headers with every claims case).
 func TestVerifyTokenMatchesJWT(t *testing.T) {
-	if h := base64.RawURLEncoding.EncodeToString([]byte(diffHeaders[0])); h != hs256Header {
-		t.Fatalf("the known header is %s, diffHeaders[0] %s", hs256Header, h)
-	}
 	a := diffAuth()
-	for _, h := range diffHeaders {
-		for _, c := range diffClaims {
+	var headers []string
+	for _, h := range compactHeaders {
+		b, err := base64.RawURLEncoding.DecodeString(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		headers = append(headers, string(b))
+	}
+	headers = append(headers, diffHeaders...)
+	for _, h := range headers {
+		for _, c := range append(diffClaims, compactCases...) {
 			tok := signRaw(diffSecret, []byte(h), []byte(c))
 			checkSame(t, a, tok)
 			checkSame(t, a, signRaw("other", []byte(h), []byte(c)))
@@ -122,30 +155,75 @@ func TestVerifyTokenMatchesJWT(t *testing.T) {
 	}
 }
 
-// TestSignMatchesJWT: Sign mints the token golang-jwt did.
-func TestSignMatchesJWT(t *testing.T) {
-	now := time.Unix(1_800_000_000, 123_000_000)
-	for _, sub := range []string{"alice", "", "a<b>&\"c\u2028", "ü"} {
-		want, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
-			Subject: sub, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(90 * time.Minute)),
-		}).SignedString([]byte("s"))
+// TestFastPath: the tokens Sign and the usual login services mint take the
+// fast path (so BenchmarkVerifyToken measures it); the others are read by
+// golang-jwt.
+func TestFastPath(t *testing.T) {
+	fast := func(tok string) bool {
+		p := strings.Split(tok, ".")
+		c, err := base64.RawURLEncoding.DecodeString(p[1])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := signHS256([]byte("s"), sub, now, 90*time.Minute); got != want {
-			t.Errorf("sub %q: %s, golang-jwt %s", sub, got, want)
+		_, ok := readCompact(c)
+		return compactHeader(p[0]) && ok
+	}
+	for _, sub := range []string{"alice", "user-12345", "a@b.c", ""} {
+		tok, err := Sign(diffSecret, sub, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fast(tok) {
+			t.Errorf("Sign's token for %q is not on the fast path: %s", sub, tok)
+		}
+	}
+	for i, c := range compactCases[:4] {
+		if tok := signRaw(diffSecret, []byte(`{"alg":"HS256","typ":"JWT"}`), []byte(c)); !fast(tok) {
+			t.Errorf("compactCases[%d] %s is not on the fast path", i, c)
+		}
+	}
+	for _, c := range []string{`{"Sub":"bob","exp":1800000060}`, `{"sub":"bob","exp":1800000060,"roles":["a"]}`, `{"sub":"bob","exp":1.5}`,
+		`{"sub":"bob","sub":"al","exp":1800000060}`, `{"sub":"b\u006fb","exp":1800000060}`, `{ "sub":"bob","exp":1800000060}`} {
+		if tok := signRaw(diffSecret, []byte(`{"alg":"HS256","typ":"JWT"}`), []byte(c)); fast(tok) {
+			t.Errorf("%s is on the fast path", c)
 		}
 	}
 }
 
-// FuzzVerifyTokenDifferential: whatever the header and claims (signed with
-// the secret, or not, with line breaks in the segments or not), and
-// whatever raw token, the hand verifier's verdict and subject are
-// golang-jwt's.
+// checkCompact fails t if readCompact reads claims other than encoding/json
+// does into RegisteredClaims (golang-jwt's reading).
+func checkCompact(t *testing.T, claims []byte) {
+	t.Helper()
+	c, ok := readCompact(claims)
+	if !ok {
+		return
+	}
+	var want jwt.RegisteredClaims
+	if err := json.Unmarshal(claims, &want); err != nil {
+		t.Fatalf("readCompact took %q, encoding/json refuses it: %v", claims, err)
+	}
+	unix := func(d *jwt.NumericDate) (int64, bool) {
+		if d == nil {
+			return 0, false
+		}
+		return d.Unix(), true
+	}
+	wantExp, wantHasExp := unix(want.ExpiresAt)
+	wantNbf, wantHasNbf := unix(want.NotBefore)
+	if string(c.sub) != want.Subject || c.hasExp != wantHasExp || c.exp != wantExp || c.hasNbf != wantHasNbf || c.nbf != wantNbf {
+		t.Fatalf("readCompact read %q as %+v, encoding/json as %+v", claims, c, want)
+	}
+}
+
+// FuzzVerifyTokenDifferential: whatever the header (any, or one of the fast
+// path's) and claims (signed with the secret, or not, with line breaks in
+// the segments or not), and whatever raw token, the verifier's verdict and
+// subject are golang-jwt's; and whatever claims the fast path reads, it
+// reads as encoding/json does.
 func FuzzVerifyTokenDifferential(f *testing.F) {
 	for i, h := range diffHeaders {
 		for j, c := range diffClaims {
-			if (i+j)%5 == 0 {
+			if (i+j)%10 == 0 { // a sample: TestVerifyTokenMatchesJWT runs them all
 				f.Add([]byte(h), []byte(c), byte(i+j), "")
 			}
 		}
@@ -154,17 +232,25 @@ func FuzzVerifyTokenDifferential(f *testing.F) {
 	f.Add([]byte(nil), []byte(nil), byte(0), good)
 	f.Add([]byte(nil), []byte(nil), byte(0), "a.b.c")
 	a := diffAuth()
+	for i, c := range compactCases {
+		f.Add([]byte(nil), []byte(c), byte(i%3+1)<<2, "")
+	}
 	f.Fuzz(func(t *testing.T, header, claims []byte, mode byte, raw string) {
 		checkSame(t, a, raw)
+		checkCompact(t, claims)
 		secret := diffSecret
 		if mode&1 != 0 {
 			secret = "other"
+		}
+		if k := int(mode>>2) & 3; k > 0 {
+			// One of the fast path's headers, so the fuzzer works on its claims.
+			header, _ = base64.RawURLEncoding.DecodeString(compactHeaders[k-1])
 		}
 		tok := signRaw(secret, header, claims)
 		if mode&2 != 0 {
 			// A line break inside a segment, covered by the signature.
 			p := strings.SplitN(tok, ".", 3)
-			i := int(mode>>2) % (len(p[1]) + 1)
+			i := int(mode>>4) % (len(p[1]) + 1)
 			s := p[0] + "." + p[1][:i] + "\n" + p[1][i:]
 			m := hmac.New(sha256.New, []byte(secret))
 			m.Write([]byte(s))

@@ -174,8 +174,8 @@ CPU: cores busy on average while measuring, from /proc: this process (generator 
 {{with .ProcessCPU}}<td>{{f0 .ServerUsPerReq}}{{if .SameProcess}} (with the generator){{end}}</td><td>{{if .SameProcess}}-{{else}}{{f0 .GeneratorUsPerReq}}{{end}}</td>{{else}}<td>-</td><td>-</td>{{end}}</tr>
 {{end}}{{end}}</table></div>
 <p class="small">purchase: a sale with stock for every request, each request a new buyer's first click, so every answer should be accepted;
-sold-out: a sale sold out before the run, every answer should be sold_out. req/s counts only that answer in the measured window (other answers:
-everything else, errors included); x empty: over the empty handler's req/s and p99 in this run. Backlog: reservations accepted by the gate and
+sold-out: a sale sold out before the run, every answer should be sold_out. answers and other answers count every answer after the warm-up, as the requests above do (other answers:
+everything else, errors included); req/s counts only that answer in the measured window; x empty: over the empty handler's req/s and p99 in this run. Backlog: reservations accepted by the gate and
 not yet decided by the database (the outbox is part of it) when the last answer came, the most sampled, and the time from the last answer until it was zero
 (none for the database strategies: they commit before answering). CPU per request from /proc/&lt;pid&gt;/stat: with -target the server's
 process and the generator's apart; in-process they are one process.</p>{{end}}
@@ -193,7 +193,7 @@ of the warm-up: bounded when the consumer keeps up with the gate.</p>
 {{range .Panels}}<div class="panel"><h3>{{.Name}} {{if .OK}}<span class="ok small">invariants hold</span>{{else}}<span class="bad small">VIOLATED</span>{{end}}</h3>
 <div class="small">{{.Requests}} requests, {{f0 .RPS}} req/s, p50 {{f2 .P50}} ms, p99 {{f2 .P99}} ms, p99.9 {{f2 .P999}} ms, {{.Errors}} errors, drained in {{.Drain}} s</div>
 {{.Latency}}{{.Throughput}}
-<div class="small">answers in the measured window: {{.Codes}} ({{.Orders}} distinct orders accepted over the whole run)</div>
+<div class="small">answers after the warm-up: {{.Codes}} ({{.Orders}} distinct orders accepted over the whole run)</div>
 {{range .Violations}}<div class="bad small">{{.}}</div>{{end}}
 </div>
 {{end}}</div>{{end}}

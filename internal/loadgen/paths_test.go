@@ -309,3 +309,30 @@ func TestLoadgenBacklogSlope(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadgenTablesCountAlike: the two tables count the same requests the
+// same way: every answer after the warm-up, the ones after the time bound
+// included, so a path's answers and other answers add up to the requests
+// of the first table; only the rates are of the measured window.
+func TestLoadgenTablesCountAlike(t *testing.T) {
+	run := fakeRun(time.Millisecond, 2*time.Millisecond)
+	run.Requests, run.Errors, run.InWindow = 110, 2, 96
+	run.Codes = map[string]int64{"accepted": 100, "sold_out": 8, "transport": 2}
+	run.WindowCodes = map[string]int64{"accepted": 90, "sold_out": 6} // 14 answered after the time bound
+	r := NewStrategyResult("pipeline", run, &Verdict{Drained: true}, 100)
+	r.SetPath(Purchase, "accepted", 1000, 20)
+	if p := r.Path; p.Answers+p.Other != r.Requests || p.Answers != 100 || p.RPS != 90 {
+		t.Errorf("path answers %d + other %d, requests %d, rps %v: want 100 + 10 = 110 answers, 90/s in the window", p.Answers, p.Other, r.Requests, p.RPS)
+	}
+	rep := fakeReport()
+	rep.Setup.Paths, rep.Setup.PurchaseStock = []string{Purchase}, 1000
+	rep.Results = []*StrategyResult{r}
+	var tbl bytes.Buffer
+	rep.WriteTable(&tbl)
+	text := tbl.String()
+	for _, want := range []string{"pipeline purchase 110", "pipeline purchase accepted 100 10", "answers after the warm-up: accepted 100, sold_out 8, transport 2"} {
+		if !strings.Contains(strings.Join(strings.Fields(text), " "), want) {
+			t.Errorf("tables lack %q:\n%s", want, text)
+		}
+	}
+}

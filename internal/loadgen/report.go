@@ -71,13 +71,15 @@ type Baselines struct {
 type PathFigures struct {
 	Name string `json:"name"` // purchase or sold-out
 	Code string `json:"code"` // the answer counted: accepted or sold_out
-	// Answers counts the answers with Code in the measured window; RPS is
-	// Answers per second of it.
+	// Answers counts the answers with Code and Other every other answer
+	// (errors included: 0 when the path is what it says), both over the
+	// whole measurement as the result's requests count it (every answer
+	// after the warm-up, those after the time bound included): Answers +
+	// Other = requests. RPS is the answers with Code within the measured
+	// window per second of it.
 	Answers int64   `json:"answers"`
 	RPS     float64 `json:"rps"`
-	// Other counts every other answer of the measurement (errors
-	// included): 0 when the path is what it says.
-	Other int64 `json:"other_answers"`
+	Other   int64   `json:"other_answers"`
 	// XEmpty is RPS over the empty handler's req/s, P99XEmpty the p99 over
 	// the empty handler's p99 (0 without the baseline).
 	XEmpty    float64 `json:"x_empty"`
@@ -171,13 +173,13 @@ type Headline struct {
 // unexported to JSON, what the terminal and HTML reports also show.
 type StrategyResult struct {
 	Strategy      string  `json:"strategy"`
-	Requests      int64   `json:"requests"`
+	Requests      int64   `json:"requests"` // answered after the warm-up (the generator's Result.Requests)
 	ThroughputRPS float64 `json:"throughput_rps"`
 	// Accepted counts the distinct orders the service accepted (202) over
 	// the whole run, set-up and warm-up included: what the checks hold the
-	// database to. Codes["accepted"] differs: it counts answers in the
-	// measured window only, and an idempotent retry answers accepted again
-	// with the order it already has.
+	// database to. Codes["accepted"] differs: it counts answers after the
+	// warm-up only, and an idempotent retry answers accepted again with the
+	// order it already has.
 	Accepted     int64   `json:"accepted"`
 	Sold         int64   `json:"sold"`
 	Oversold     int64   `json:"oversold"`
@@ -198,7 +200,7 @@ type StrategyResult struct {
 	Backlog       []BacklogPoint   `json:"-"`
 	Lost, Doubled int64            `json:"-"`
 	I7Units       int64            `json:"-"`
-	Codes         map[string]int64 `json:"-"` // answers in the measured window, by code
+	Codes         map[string]int64 `json:"-"` // answers after the warm-up, by code
 	Violations    []string         `json:"-"`
 	Run           *Result          `json:"-"`
 }
@@ -230,7 +232,7 @@ func round(x float64, digits int) float64 {
 func (r *StrategyResult) SetPath(path, code string, emptyRPS, emptyP99Ms float64) {
 	p := &PathFigures{Name: path, Code: code, EmptyRPS: emptyRPS, EmptyP99Ms: emptyP99Ms}
 	if r.Run != nil {
-		p.Answers = r.Run.WindowCodes[code]
+		p.Answers = r.Run.Codes[code]
 		p.RPS = round(r.Run.RateOf(code), 1)
 		p.Other = r.Run.Requests - r.Run.Codes[code]
 	}
@@ -402,7 +404,7 @@ func (f *Report) writeResults(w io.Writer) {
 	}
 	tw.Flush()
 	for _, r := range f.Results {
-		fmt.Fprintf(w, "  %s answers in the measured window: %s (%d distinct orders accepted over the whole run)\n",
+		fmt.Fprintf(w, "  %s answers after the warm-up: %s (%d distinct orders accepted over the whole run)\n",
 			r.Label(), codeList(r.Codes), r.Accepted)
 		if len(r.Backlog) > 0 {
 			most, last := r.MaxBacklog(), r.Backlog[len(r.Backlog)-1]
@@ -436,7 +438,7 @@ func (f *Report) writeResults(w io.Writer) {
 
 // writePaths prints the paths' figures and the headline.
 func (f *Report) writePaths(w io.Writer) {
-	fmt.Fprintln(w, "\npaths: req/s counts only the path's answer (accepted, sold_out) in the measured window; x empty: over the empty handler's req/s and p99")
+	fmt.Fprintln(w, "\npaths: answers and other answers count every answer after the warm-up, as requests above; req/s counts only the path's answer (accepted, sold_out) in the measured window; x empty: over the empty handler's req/s and p99")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\tpath\tcounted\tanswers\tother answers\treq/s\tx empty\tempty req/s\tp50 ms\tp99 ms\tp99 x empty\tbacklog at end\toutbox at end\tbacklog max\tgrowth/s\tto zero s\tserver cpu µs/req\tgenerator cpu µs/req\t")
 	for _, r := range f.Results {

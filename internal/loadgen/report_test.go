@@ -120,13 +120,13 @@ func TestLoadgenReportTableAndHTML(t *testing.T) {
 
 // TestLoadgenReportAcceptedCounts: the two "accepted" figures are labelled
 // for what they count: distinct orders over the whole run (the column, the
-// checks' figure) and answers in the measured window (retries included).
+// checks' figure) and answers after the warm-up (retries included).
 func TestLoadgenReportAcceptedCounts(t *testing.T) {
 	rep := fakeReport()
 	rep.Results[0].Codes = map[string]int64{"accepted": 120, "limit_reached": 7} // 20 idempotent retries answered accepted
 	var tbl bytes.Buffer
 	rep.WriteTable(&tbl)
-	for _, want := range []string{"orders accepted", "pipeline answers in the measured window: accepted 120, limit_reached 7 (100 distinct orders accepted over the whole run)"} {
+	for _, want := range []string{"orders accepted", "pipeline answers after the warm-up: accepted 120, limit_reached 7 (100 distinct orders accepted over the whole run)"} {
 		if !strings.Contains(tbl.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, tbl.String())
 		}
@@ -137,7 +137,7 @@ func TestLoadgenReportAcceptedCounts(t *testing.T) {
 	}
 	html := page.String()
 	for _, want := range []string{"<th>orders accepted</th>", "<td>100</td><td>100</td>", // orders accepted, sold
-		"answers in the measured window: accepted 120, limit_reached 7 (100 distinct orders accepted over the whole run)",
+		"answers after the warm-up: accepted 120, limit_reached 7 (100 distinct orders accepted over the whole run)",
 		"orders accepted: distinct orders the service accepted (202) over the whole run"} {
 		if !strings.Contains(html, want) {
 			t.Errorf("page lacks %q", want)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
@@ -132,5 +133,36 @@ func TestClosedForgottenAsksDatabase(t *testing.T) {
 	}
 	if g.avail != 10 {
 		t.Fatalf("available %d, want 10: nothing reserved", g.avail)
+	}
+}
+
+// stalledOrders answers nothing until its caller gives up, as a database
+// whose connection slots are all taken does.
+type stalledOrders struct{}
+
+func (stalledOrders) Order(ctx context.Context, _ string) (sale.Order, error) {
+	<-ctx.Done()
+	return sale.Order{}, ctx.Err()
+}
+func (stalledOrders) OrderByKey(ctx context.Context, _, _, _ string) (sale.Order, error) {
+	<-ctx.Done()
+	return sale.Order{}, ctx.Err()
+}
+
+// TestSettledDoesNotWaitForAStalledDatabase: a retry's answer is refined
+// from the database only within settledTimeout; a database that does not
+// answer leaves the retry its true answer (queued) instead of holding it.
+func TestSettledDoesNotWaitForAStalledDatabase(t *testing.T) {
+	s := New(Deps{Catalog: NewCatalog(fakeSKUs{}), Gate: &fakeGate{}, Relay: nopRelay{}, Orders: stalledOrders{}, Log: slog.New(slog.DiscardHandler)}, BreakerConfig{Disabled: true})
+	in := Result{OrderID: "o1", Duplicate: true, Status: sale.StatusQueued}
+	done := make(chan Result, 1)
+	go func() { done <- s.settled(context.Background(), "u", in) }()
+	select {
+	case got := <-done:
+		if got.Status != sale.StatusQueued || got.Order != nil {
+			t.Fatalf("settled on a stalled database: %+v, want the queued answer unchanged", got)
+		}
+	case <-time.After(10 * settledTimeout):
+		t.Fatalf("settled still waiting on a stalled database after %v", 10*settledTimeout)
 	}
 }

@@ -188,14 +188,21 @@ func (s *Service) Buy(ctx context.Context, req Request) (Result, error) {
 	return res, err
 }
 
+// settledTimeout bounds settled's read: the answer it refines ("queued")
+// is already true, so a slow or saturated database must not hold a retry.
+const settledTimeout = 200 * time.Millisecond
+
 // settled completes the Result of a retry (Duplicate) with the order as
-// the database has it: one read by primary key, for retries only. An order
-// not there yet (in flight) or a database that cannot say leaves res as it
-// is: the purchase was accepted, its order is queued.
+// the database has it: one read by primary key, for retries only, bounded
+// by settledTimeout. An order not there yet (in flight) or a database that
+// cannot say in time leaves res as it is: the purchase was accepted, its
+// order is queued.
 func (s *Service) settled(ctx context.Context, user string, res Result) Result {
 	if res.Order != nil || s.orders == nil {
 		return res
 	}
+	ctx, cancel := context.WithTimeout(ctx, settledTimeout)
+	defer cancel()
 	o, err := s.orders.Order(ctx, res.OrderID)
 	if err != nil || o.User != user {
 		return res

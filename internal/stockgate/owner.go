@@ -35,3 +35,19 @@ func (g *Gate) ClaimDatabase(ctx context.Context, id, identity string) (string, 
 	}
 	return v[len(id)+1:], nil
 }
+
+// ClaimPrefix records owner as the deployment this Redis prefix belongs to
+// (<prefix>:owner, set once: SET NX) and returns the owner recorded now:
+// owner itself, or another deployment's that claimed it first. A prefix
+// whose keys were lost (a Redis that restarted empty) is claimed again by
+// the first instance to ask.
+func (g *Gate) ClaimPrefix(ctx context.Context, owner string) (string, error) {
+	prev, err := g.c.Do(ctx, g.c.B().Set().Key(g.prefix+":owner").Value(owner).Nx().Get().Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return owner, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("stockgate: claim prefix: %w", err)
+	}
+	return prev, nil
+}

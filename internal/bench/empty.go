@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -16,28 +16,32 @@ import (
 	"github.com/flashsale/flashsale/internal/loadgen"
 )
 
-// emptyServerBanner starts the line a -empty-server process prints once it
-// listens; the URL follows.
-const emptyServerBanner = "empty handler listening on "
+// EmptyServerBanner starts the line ServeEmpty prints once it listens; the
+// URL follows.
+const EmptyServerBanner = "empty handler listening on "
 
-// serveEmpty is `flashsale bench -empty-server ADDR`: the empty handler
+// ServeEmpty is `flashsale bench -empty-server ADDR`: the empty handler
 // alone, in this process, until ctx ends (SIGTERM, SIGINT).
-func serveEmpty(ctx context.Context, addr string, stdout io.Writer) error {
+func ServeEmpty(ctx context.Context, addr string, stdout io.Writer) error {
 	base, stop, err := loadgen.StartEmptyServerAt(addr)
 	if err != nil {
 		return fmt.Errorf("bench: -empty-server: %w", err)
 	}
 	defer stop()
-	fmt.Fprintln(stdout, emptyServerBanner+base)
+	fmt.Fprintln(stdout, EmptyServerBanner+base)
 	<-ctx.Done()
 	return nil
 }
 
 // spawnEmpty starts the empty handler as a child process of this binary
-// (`flashsale bench -empty-server 127.0.0.1:0`), so that with -target it
-// runs in its own process like the server it is compared with. It returns
-// the handler's URL, the child's pid and a stop function.
-func spawnEmpty(ctx context.Context) (base string, pid int, stop func(), err error) {
+// with args (`flashsale bench -empty-server 127.0.0.1:0`, which runs
+// ServeEmpty), so that with -target it runs in its own process like the
+// server it is compared with. It returns the handler's URL, the child's pid
+// and a stop function.
+func spawnEmpty(ctx context.Context, args []string) (base string, pid int, stop func(), err error) {
+	if len(args) == 0 {
+		return "", 0, nil, errors.New("no command runs the empty handler")
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return "", 0, nil, err
@@ -45,7 +49,7 @@ func spawnEmpty(ctx context.Context) (base string, pid int, stop func(), err err
 	if strings.HasSuffix(filepath.Base(exe), ".test") {
 		return "", 0, nil, errors.New("a test binary has no bench subcommand")
 	}
-	cmd := exec.Command(exe, "bench", "-empty-server", "127.0.0.1:0")
+	cmd := exec.Command(exe, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -76,7 +80,7 @@ func spawnEmpty(ctx context.Context) (base string, pid int, stop func(), err err
 	}()
 	select {
 	case line, ok := <-lines:
-		if u, found := strings.CutPrefix(line, emptyServerBanner); ok && found {
+		if u, found := strings.CutPrefix(line, EmptyServerBanner); ok && found {
 			return u, cmd.Process.Pid, stop, nil
 		}
 		stop()

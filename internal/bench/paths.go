@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,16 +13,16 @@ import (
 	"github.com/flashsale/flashsale/internal/loadgen"
 )
 
-// pathScenario is the -paths value that measures -scenario as a whole.
-const pathScenario = "scenario"
+// PathScenario is the -paths value that measures -scenario as a whole.
+const PathScenario = "scenario"
 
 // pathList returns the paths of -paths (none for "scenario").
-func (o *benchOptions) pathList() []string {
-	if strings.TrimSpace(o.paths) == pathScenario {
+func (o *Options) pathList() []string {
+	if strings.TrimSpace(o.Paths) == PathScenario {
 		return nil
 	}
 	var out []string
-	for _, p := range strings.Split(o.paths, ",") {
+	for _, p := range strings.Split(o.Paths, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			out = append(out, p)
 		}
@@ -41,11 +41,11 @@ func (b *bench) measurePaths(ctx context.Context, name string, cl *loadgen.Clien
 		all   = map[string][]string{} // every path's accepted orders so far
 	)
 	for _, path := range b.paths {
-		stock := b.o.stock
+		stock := b.o.Stock
 		if path == loadgen.Purchase {
-			stock = b.o.purchaseStock
+			stock = b.o.PurchaseStock
 		}
-		sc, err := loadgen.NewScenario(loadgen.ScenarioConfig{Name: path, Stock: stock, PerUserLimit: b.o.limit, RunID: randomHex(4)})
+		sc, err := loadgen.NewScenario(loadgen.ScenarioConfig{Name: path, Stock: stock, PerUserLimit: b.o.Limit, RunID: randomHex(4)})
 		if err != nil {
 			return nil, "", err
 		}
@@ -63,7 +63,7 @@ func (b *bench) measurePaths(ctx context.Context, name string, cl *loadgen.Clien
 		}
 		label := name + " " + path
 		emptyRPS, emptyP99 := b.emptyRPS, b.emptyP99Ms
-		if b.o.emptyEach && b.o.baselines {
+		if b.o.EmptyEach && b.o.Baselines {
 			e, _, err := b.runEmpty(ctx, "empty, "+path)
 			if err != nil {
 				return nil, "", fmt.Errorf("%s: empty handler: %w", path, err)
@@ -82,7 +82,7 @@ func (b *bench) measurePaths(ctx context.Context, name string, cl *loadgen.Clien
 		backlog := stopBacklog()
 		var drain loadgen.DrainFigures
 		if err == nil && chk.Gate != nil {
-			drain, err = loadgen.WaitBacklogZero(ctx, rc, chk.Gate, sc.SKUs(), b.o.drainTimeout)
+			drain, err = loadgen.WaitBacklogZero(ctx, rc, chk.Gate, sc.SKUs(), b.o.DrainTimeout)
 		}
 		stopProfile()
 		if err != nil {
@@ -93,7 +93,7 @@ func (b *bench) measurePaths(ctx context.Context, name string, cl *loadgen.Clien
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: checking: %w", path, err)
 		}
-		if err := chk.CheckI7(ctx, cl, sc, b.o.i7Units, v); err != nil {
+		if err := chk.CheckI7(ctx, cl, sc, b.o.I7Units, v); err != nil {
 			return nil, "", fmt.Errorf("%s: checking I7: %w", path, err)
 		}
 		maps.Copy(all, sc.Accepted())
@@ -105,7 +105,7 @@ func (b *bench) measurePaths(ctx context.Context, name string, cl *loadgen.Clien
 		res.Backlog = backlog
 		res.SetPath(path, sc.PathCode(), emptyRPS, emptyP99)
 		if chk.Gate != nil {
-			res.SetDrain(drain, b.o.warmup, b.o.duration)
+			res.SetDrain(drain, b.o.Warmup, b.o.Duration)
 		}
 		if res.Sold > res.Accepted {
 			// A 503 promises the purchase does not exist or could not be
@@ -152,9 +152,9 @@ func (b *bench) memoryTest(ctx context.Context, rep *loadgen.Report, stdout io.W
 	if b.serverPID == 0 {
 		return fmt.Errorf("bench: -connections: the target's process is unknown (give -target-pid)")
 	}
-	b.status("%-16s opening %d keep-alive connections to %s (process %d)...", "memory", b.o.connections, b.o.target, b.serverPID)
-	cfg := loadgen.HoldConfig{Base: b.o.target, Conns: b.o.connections, Hold: b.o.connHold, Every: b.o.connEvery, ServerPID: b.serverPID}
-	if !b.o.quiet {
+	b.status("%-16s opening %d keep-alive connections to %s (process %d)...", "memory", b.o.Connections, b.o.Target, b.serverPID)
+	cfg := loadgen.HoldConfig{Base: b.o.Target, Conns: b.o.Connections, Hold: b.o.ConnHold, Every: b.o.ConnEvery, ServerPID: b.serverPID}
+	if !b.o.Quiet && loadgen.IsTerminal(b.stderr) {
 		cfg.Progress = func(opened, failed int64, holding bool) {
 			state := "opening"
 			if holding {
@@ -164,7 +164,7 @@ func (b *bench) memoryTest(ctx context.Context, rep *loadgen.Report, stdout io.W
 		}
 	}
 	m, err := loadgen.HoldConnections(ctx, cfg)
-	if !b.o.quiet {
+	if !b.o.Quiet {
 		fmt.Fprintln(b.stderr)
 	}
 	if err != nil {
@@ -173,17 +173,17 @@ func (b *bench) memoryTest(ctx context.Context, rep *loadgen.Report, stdout io.W
 	rep.Memory = m
 	rep.Setup.Scenario, rep.Setup.Paths, rep.Setup.PurchaseStock = "connections", nil, 0
 	rep.WriteTable(stdout)
-	if b.o.jsonOut != "" {
-		if err := rep.WriteJSON(b.o.jsonOut); err != nil {
+	if b.o.JSONOut != "" {
+		if err := rep.WriteJSON(b.o.JSONOut); err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
-		fmt.Fprintf(stdout, "JSON report: %s\n", b.o.jsonOut)
+		fmt.Fprintf(stdout, "JSON report: %s\n", b.o.JSONOut)
 	}
-	if b.o.htmlOut != "" {
-		if err := rep.WriteHTML(b.o.htmlOut, nil); err != nil {
+	if b.o.HTMLOut != "" {
+		if err := rep.WriteHTML(b.o.HTMLOut, nil); err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
-		fmt.Fprintf(stdout, "HTML report: %s\n", b.o.htmlOut)
+		fmt.Fprintf(stdout, "HTML report: %s\n", b.o.HTMLOut)
 	}
 	if m.Opened < int64(m.Connections) || m.Held < m.Opened {
 		return fmt.Errorf("bench: -connections: %d of %d connections opened, %d held to the end", m.Opened, m.Connections, m.Held)
