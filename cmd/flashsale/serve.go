@@ -147,6 +147,9 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if err = a.openStores(octx); err != nil {
 		return nil, err
 	}
+	if err = a.gate.CheckEviction(octx); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
 	if err = a.store.Migrate(octx); err != nil {
 		return nil, fmt.Errorf("database migrations: %w", err)
 	}
@@ -156,7 +159,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	}
 
 	if cfg.NATSURL == "embedded" {
-		if a.embedded, err = orderqueue.StartEmbedded(cfg.DataDir, cfg.NATSSyncAlways); err != nil {
+		if a.embedded, err = orderqueue.StartEmbedded(cfg.DataDir, cfg.NATSSyncAlways, log); err != nil {
 			return nil, err
 		}
 		if a.nc, err = a.embedded.Connect("flashsale"); err != nil {
@@ -234,7 +237,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	consumer := apply.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.queue, log, a.metrics, apply.Config{
 		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff, AckWait: cfg.AckWait, Tracer: a.tracer})
 	live := &dashboard.Live{DB: a.store, Catalog: cat, Gate: a.gate, Queue: a.queue, Breaker: a.buy.BreakerState,
-		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics, Outage: consumer.Outage}
+		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics, Outage: consumer.Outage, Publish: a.publishHealth}
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
 		Lifecycle: a.lifecycle,
 		Audit:     a.store,
@@ -253,25 +256,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		Metrics:       promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
 		Observe:       a.metrics.HTTP,
 		Tracer:        a.tracer,
-		Ready: []httpapi.Checker{
-			// Purchases need the database (the record) and Redis or the database
-			// fallback; while the queue is out they wait in the Redis outbox.
-			// The check is named after the dialect: "postgres" or "mysql".
-			{Name: string(a.store.Dialect()), Critical: true, Check: a.store.Ping},
-			{Name: "redis", Critical: cfg.FallbackConc == 0, Check: a.gate.Ping},
-			{Name: "jetstream", Check: a.queue.Ping},
-			// The broker answers but lost the streams (restarted on an empty
-			// store, or a stream between leaders): purchases wait in the
-			// outbox until they are re-created (every second, below). Not
-			// critical: every instance shares the broker, so failing readiness
-			// would empty the balancer for a fault the outbox absorbs.
-			{Name: "jetstream-streams", Check: a.queue.Ready},
-			// The database refuses writes (read-only during a switchover, a
-			// full disk) while it answers pings: the consumer holds its
-			// batches until it takes them. Not critical: purchases go on
-			// through Redis, their orders wait in the stream.
-			{Name: "database-writes", Check: databaseWrites(consumer)},
-		},
+		Ready:         a.readyChecks(consumer),
 	})
 
 	a.metrics.Registry.MustRegister(live.Collector())

@@ -44,10 +44,11 @@ var scenarios = []scenario{
 	{"key_retry_redis_lost", keyRetryRedisLost},
 	{"shared_prefix", sharedPrefix},
 	{"pay_races_expiry", payRacesExpiry},
+	{"js_disk_full", jsDiskFull},
 }
 
 // shortSet is the default of FLASHSALE_CHAOS=short: the scenarios CI runs.
-const shortSet = "kill_before_relay,consumer_after_commit,redis_lost,redis_hung,queue_store_lost,nats_restarted_empty,db_resets,key_retry_fallback,shared_prefix,pay_races_expiry,db_read_only"
+const shortSet = "kill_before_relay,consumer_after_commit,redis_lost,redis_hung,queue_store_lost,nats_restarted_empty,db_resets,key_retry_fallback,shared_prefix,pay_races_expiry,db_read_only,js_disk_full"
 
 // result is one row of the table.
 type result struct {

@@ -23,6 +23,7 @@ var (
 	descInFlight     = prometheus.NewDesc("flashsale_in_flight_units", "Units reserved by the gate and not yet decided by the database, per SKU.", []string{"sku_id"}, nil)
 	descPool         = prometheus.NewDesc("flashsale_db_pool_connections", "Database pool connections by state (acquired, idle, total, max).", []string{"state"}, nil)
 	descOldest       = prometheus.NewDesc("flashsale_inflight_oldest_age_seconds", "Age of the oldest reservation in flight (accepted, not yet decided by the database), over every loaded SKU; 0 when none is.", nil, nil)
+	descPubFailing   = prometheus.NewDesc("flashsale_stream_publish_failing", "1 while the order stream acknowledges no publish (a full disk under its store, a stream that cannot store): accepted purchases wait in the Redis outbox.", nil, nil)
 	descPoolWaits    = prometheus.NewDesc("flashsale_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.", nil, nil)
 )
 
@@ -34,7 +35,7 @@ var (
 func (l *Live) Collector() prometheus.Collector { return stateCollector{l} }
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueuePending, descAckPending, descDeadLetters, descOutbox, descStock, descInFlight, descOldest, descPool, descPoolWaits} {
+	for _, d := range []*prometheus.Desc{descQueuePending, descAckPending, descDeadLetters, descOutbox, descStock, descInFlight, descOldest, descPool, descPoolWaits, descPubFailing} {
 		ch <- d
 	}
 }
@@ -62,6 +63,11 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if p := ov.Pipeline; p.QueueAckPending != nil {
 		gauge(descAckPending, float64(*p.QueueAckPending))
 	}
+	failing := 0.0
+	if ov.Pipeline.StreamPublish == "failing" {
+		failing = 1
+	}
+	gauge(descPubFailing, failing)
 	if p := ov.Pipeline; p.DeadLetters != nil {
 		gauge(descDeadLetters, float64(*p.DeadLetters))
 	}

@@ -45,6 +45,9 @@ type Live struct {
 	// History, if set, holds the recent samples of the charted figures.
 	History *History
 	Metrics *metrics.Metrics
+	// Publish, if set, is nil while the order stream acknowledges publishes
+	// (else why not: a full disk under the embedded store, rounds failing).
+	Publish func() error
 	// Outage, if set, reports the consumer's wait for a database that
 	// refuses writes (apply.Consumer.Outage).
 	Outage func() (since time.Time, reason string, ok bool)
@@ -132,6 +135,11 @@ type pipelineOverview struct {
 	QueueAckPending *int    `json:"queue_ack_pending"` // delivered, not yet acknowledged
 	DeadLetters     *uint64 `json:"dead_letters"`
 	Breaker         string  `json:"breaker"`
+	// StreamPublish is "ok" while the stream acknowledges publishes,
+	// "failing" while it does not (StreamPublishError says why; accepted
+	// purchases wait in the Redis outbox meanwhile).
+	StreamPublish      string `json:"stream_publish"`
+	StreamPublishError string `json:"stream_publish_error,omitempty"`
 	// DatabaseOutage is set while this instance's consumer holds batches
 	// because the database refuses writes (read-only during a switchover,
 	// out of disk): purchases go on through Redis, their orders wait. Null
@@ -292,6 +300,12 @@ func (l *Live) overviewRedis(ctx context.Context, so *saleOverview, fail func(st
 // breaker and the consumer's database outage.
 func (l *Live) overviewPipeline(ctx context.Context, p *pipelineOverview, fail func(string, error)) {
 	p.Breaker = l.Breaker()
+	p.StreamPublish = "ok"
+	if l.Publish != nil {
+		if err := l.Publish(); err != nil {
+			p.StreamPublish, p.StreamPublishError = "failing", err.Error()
+		}
+	}
 	if l.Outage != nil {
 		if since, reason, ok := l.Outage(); ok {
 			p.DatabaseOutage = &outageOverview{Since: since.UTC(), Reason: reason}

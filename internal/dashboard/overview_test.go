@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,6 +277,7 @@ func TestCollector(t *testing.T) {
 		"flashsale_stock_units":                  8 + 3 + 0 + 0 + 1, // db and redis of a and b, db of upcoming
 		"flashsale_in_flight_units":              2,
 		"flashsale_outbox_entries":               1,
+		"flashsale_stream_publish_failing":       0,
 	}
 	age, ok := got["flashsale_inflight_oldest_age_seconds"]
 	if !ok || age < 3 || age > 60 {
@@ -285,4 +287,44 @@ func TestCollector(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("sums of the series (-want +got):\n%s", diff)
 	}
+}
+
+// TestPublishFailing: a stream that acknowledges no publish shows on the
+// overview (stream_publish "failing" and why) and as the gauge
+// flashsale_stream_publish_failing 1.
+func TestPublishFailing(t *testing.T) {
+	l := testLive(time.Now())
+	l.Publish = func() error { return errors.New("store: no space left on device") }
+	v, err := l.Overview(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(v)
+	var ov struct {
+		Pipeline struct {
+			StreamPublish      string `json:"stream_publish"`
+			StreamPublishError string `json:"stream_publish_error"`
+		} `json:"pipeline"`
+	}
+	if err := json.Unmarshal(b, &ov); err != nil {
+		t.Fatal(err)
+	}
+	if ov.Pipeline.StreamPublish != "failing" || !strings.Contains(ov.Pipeline.StreamPublishError, "no space") {
+		t.Errorf("pipeline: %+v", ov.Pipeline)
+	}
+	r := prometheus.NewPedanticRegistry()
+	r.MustRegister(l.Collector())
+	fams, err := r.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "flashsale_stream_publish_failing" {
+			if v := f.GetMetric()[0].GetGauge().GetValue(); v != 1 {
+				t.Errorf("flashsale_stream_publish_failing %v, want 1", v)
+			}
+			return
+		}
+	}
+	t.Error("flashsale_stream_publish_failing not exported")
 }

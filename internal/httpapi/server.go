@@ -62,12 +62,59 @@ type DeadLetters interface {
 	Discard(ctx context.Context, seq uint64) (deadletter.Action, error)
 }
 
-// Checker reports whether a dependency is usable (readiness). A Critical
-// failing check makes the instance not ready (503); others only degrade it.
+// Checker is one named readiness check of GET /readyz. Check returns nil
+// while its dependency is usable. A failure makes the instance unready
+// (503) if Critical, else degraded (200, status "degraded"); a check may set
+// the level and a reason of its own for one answer by returning a
+// *CheckError (Degraded, Unready). Readiness means "this instance can take
+// purchases": only the checks that decide that are Critical (or answer
+// Unready); everything else that is out is reported, with its reason, and
+// degrades.
 type Checker struct {
 	Name     string
 	Critical bool
 	Check    func(ctx context.Context) error
+}
+
+// Levels a failed readiness check sets (see CheckError).
+type Level int
+
+const (
+	// LevelOf the Checker: unready if Critical, else degraded.
+	LevelOf Level = iota
+	// LevelDegraded: reported; the instance stays ready.
+	LevelDegraded
+	// LevelUnready: the instance is taken out (503).
+	LevelUnready
+)
+
+// CheckError is a readiness check's failure with its level and a reason
+// shown in /readyz's "degraded" or "unready" maps. The reason must name no
+// address, credential or driver text (/readyz answers anyone); Err, which
+// may, goes to the log.
+type CheckError struct {
+	Level  Level
+	Reason string
+	Err    error
+}
+
+func (e *CheckError) Error() string {
+	if e.Err == nil {
+		return e.Reason
+	}
+	return e.Reason + ": " + e.Err.Error()
+}
+
+func (e *CheckError) Unwrap() error { return e.Err }
+
+// Degraded returns a check failure that degrades the instance, with reason.
+func Degraded(reason string, err error) error {
+	return &CheckError{Level: LevelDegraded, Reason: reason, Err: err}
+}
+
+// Unready returns a check failure that takes the instance out, with reason.
+func Unready(reason string, err error) error {
+	return &CheckError{Level: LevelUnready, Reason: reason, Err: err}
 }
 
 // Config of the API.
@@ -966,11 +1013,14 @@ const readyTimeout = 700 * time.Millisecond
 var errCheckTimeout = errors.New("readiness check did not answer in time")
 
 // readyz answers 200 while the instance can take purchases: status "ok",
-// or "degraded" when a non-critical dependency is out (the queue: purchases
-// wait in the Redis outbox; Redis: the database fallback sells). 503 when a
-// critical one is out.
+// or "degraded" when a check that does not decide it failed (the database,
+// the broker, ...: purchases go on through Redis and the outbox, or through
+// the database fallback). 503 "unavailable" when a check that decides it
+// failed. "checks" has every check "ok" or "unavailable"; "degraded" and
+// "unready" (present when not empty) name each failed one with its reason.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	checks := map[string]string{}
+	degraded, unready := map[string]string{}, map[string]string{}
 	status, code := "ok", http.StatusOK
 	// The checks run at once, each under readyTimeout: a balancer's health
 	// check has a deadline of its own (HAProxy's is its inter, 1 s in the
@@ -1001,20 +1051,44 @@ wait:
 		}
 	}
 	for i, c := range s.cfg.Ready {
-		if err := errs[i]; err != nil {
-			// The error names addresses and drivers: the log gets it.
-			s.log.Info("readyz: check failed", "check", c.Name, "err", err)
-			checks[c.Name] = "unavailable"
+		err := errs[i]
+		if err == nil {
+			checks[c.Name] = "ok"
+			continue
+		}
+		// The error names addresses and drivers: the log gets it.
+		s.log.Info("readyz: check failed", "check", c.Name, "err", err)
+		checks[c.Name] = "unavailable"
+		level, reason := LevelOf, "unavailable"
+		if errors.Is(err, errCheckTimeout) {
+			reason = "did not answer within " + readyTimeout.String()
+		}
+		if ce, ok := errors.AsType[*CheckError](err); ok {
+			level, reason = ce.Level, ce.Reason
+		}
+		if level == LevelOf {
+			level = LevelDegraded
 			if c.Critical {
-				status, code = "unavailable", http.StatusServiceUnavailable
-			} else if status == "ok" {
+				level = LevelUnready
+			}
+		}
+		if level == LevelUnready {
+			unready[c.Name] = reason
+			status, code = "unavailable", http.StatusServiceUnavailable
+		} else {
+			degraded[c.Name] = reason
+			if status == "ok" {
 				status = "degraded"
 			}
-		} else {
-			checks[c.Name] = "ok"
 		}
 	}
 	body := map[string]any{"status": status, "ready": code == http.StatusOK, "checks": checks}
+	if len(degraded) > 0 {
+		body["degraded"] = degraded
+	}
+	if len(unready) > 0 {
+		body["unready"] = unready
+	}
 	if s.cfg.Breaker != nil {
 		body["breaker"] = s.cfg.Breaker()
 		if body["breaker"] != "closed" && status == "ok" {

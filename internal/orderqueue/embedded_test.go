@@ -16,7 +16,7 @@ func TestEmbeddedKeepsItsStore(t *testing.T) {
 	dir := t.TempDir()
 	open := func() (*orderqueue.Embedded, *orderqueue.Queue) {
 		t.Helper()
-		e, err := orderqueue.StartEmbedded(dir, false)
+		e, err := orderqueue.StartEmbedded(dir, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,11 +49,11 @@ func TestEmbeddedKeepsItsStore(t *testing.T) {
 func TestEmbeddedRefusesASharedDataDir(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	first, err := orderqueue.StartEmbedded(dir, false)
+	first, err := orderqueue.StartEmbedded(dir, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := orderqueue.StartEmbedded(dir, false)
+	second, err := orderqueue.StartEmbedded(dir, false, nil)
 	if err == nil {
 		second.Shutdown()
 		first.Shutdown()
@@ -68,7 +68,7 @@ func TestEmbeddedRefusesASharedDataDir(t *testing.T) {
 		}
 	}
 	first.Shutdown()
-	again, err := orderqueue.StartEmbedded(dir, false)
+	again, err := orderqueue.StartEmbedded(dir, false, nil)
 	if err != nil {
 		t.Fatalf("start after the first shut down: %v", err)
 	}

@@ -115,6 +115,8 @@ type Queue struct {
 	eventCfg  *Config // set once the event stream is ensured
 	missing   error   // what the last Ensure found missing and could not re-create
 	recreated int     // times Ensure re-created something
+
+	pub pubHealth // Publish's recent outcomes
 }
 
 // Open creates or updates the stream and the durable consumer on nc.
@@ -266,6 +268,7 @@ func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 			errs[i] = ctx.Err()
 		}
 	}
+	q.pub.record(errs)
 	return errs
 }
 

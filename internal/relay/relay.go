@@ -12,6 +12,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -117,11 +118,28 @@ func (r *Relay) item(ctx context.Context, sku, orderID string, payload []byte, d
 	return it
 }
 
+// ErrStreamFailing is Publish's answer, at once, while the stream
+// acknowledges no publish (orderqueue.Queue.PublishHealth): the
+// reservation is handed to the fast path all the same, but nobody waits
+// for an ack that will not come.
+var ErrStreamFailing = errors.New("relay: the stream acknowledges no publish; the outbox holds the reservation")
+
+// publishHealth is what a Publisher may report of its recent publishes
+// (orderqueue.Queue does).
+type publishHealth interface {
+	PublishHealth() orderqueue.PublishHealth
+}
+
 // Publish hands a just-accepted reservation to the fast path and waits until
 // the stream has acknowledged it, or ctx ends. An error means only that it
 // is not yet known to be in the stream: it stays in the outbox and the
-// sweeper publishes it.
+// sweeper publishes it. While the publisher reads as failing it does not
+// wait (ErrStreamFailing).
 func (r *Relay) Publish(ctx context.Context, sku, orderID string, payload []byte) error {
+	if ph, ok := r.pub.(publishHealth); ok && ph.PublishHealth().Failing {
+		r.Notify(ctx, sku, orderID, payload)
+		return ErrStreamFailing
+	}
 	done := make(chan error, 1)
 	it := r.item(ctx, sku, orderID, payload, done)
 	select {

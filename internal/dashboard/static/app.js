@@ -405,7 +405,14 @@ import { drawChart } from "./chart.js";
     $("#kpi-queue").textContent = `${fmtInt(pl.queue_pending)} · ${fmtInt(pl.queue_ack_pending)}`;
     let outbox = 0, inflight = 0;
     for (const s of ov.sales) { outbox += s.outbox || 0; inflight += s.in_flight || 0; }
-    $("#kpi-queue-note").textContent = `in flight ${fmtInt(inflight)} · outbox ${fmtInt(outbox)}`;
+    // The stream acknowledging no publish (a full disk under its store):
+    // purchases wait in the outbox until it stores again.
+    const failing = pl.stream_publish === "failing";
+    $("#kpi-queue-card").classList.toggle("bad", failing);
+    $("#kpi-queue-note").textContent = failing
+      ? `stream stores nothing: outbox ${fmtInt(outbox)}`
+      : `in flight ${fmtInt(inflight)} · outbox ${fmtInt(outbox)}`;
+    $("#kpi-queue-note").title = failing ? (pl.stream_publish_error || "") : "";
 
     $("#kpi-dlq").textContent = fmtInt(pl.dead_letters);
     $("#kpi-dlq-card").classList.toggle("bad", pl.dead_letters > 0);
