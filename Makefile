@@ -1,19 +1,22 @@
 # Targets for building, testing and linting flashsale. `make` alone lists them.
 #
-# `make test` is the test command: it makes sure PostgreSQL, MariaDB and Redis
-# run (scripts/ensure-services.sh), then runs every test with the race
-# detector twice: on PostgreSQL, then on MariaDB (FLASHSALE_TEST_DIALECT),
-# failing (not skipping) tests whose service is missing, and then the fault
-# suite's CHAOS_SHORT scenarios on each database (docs/faults.md), and the
-# short cluster test on CLUSTER_SHORT_DIALECTS (docs/faults.md, "Cluster
-# test").
+# `make test` is the test command (scripts/stages.sh runs its stages, keeps
+# going after a failing one and ends with a table of every stage's result
+# and time): it makes sure PostgreSQL, MariaDB and Redis run
+# (scripts/ensure-services.sh), checks the alert rules, runs with the race
+# detector the packages whose tests use no database once (test-nodb) and
+# those that do on PostgreSQL and on MariaDB (test-postgres, test-mysql;
+# scripts/test-packages.sh tells them apart), failing (not skipping) tests
+# whose service is missing, then the fault suite's CHAOS_SHORT scenarios on
+# each database (docs/faults.md), and the short cluster test on
+# CLUSTER_SHORT_DIALECTS (docs/faults.md, "Cluster test").
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        ?= ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help build build-static test test-postgres test-mysql test-short test-chaos-short test-cluster test-cluster-short chaos vet lint alerts bench run ci
+.PHONY: help build build-static test test-nodb test-postgres test-mysql test-short test-chaos-short test-cluster test-cluster-short chaos vet lint alerts bench run ci
 
 # CHAOS_SHORT names the fault-suite scenarios `make test` runs on each
 # database (docs/faults.md): a comma list, `short` for the short set, empty
@@ -28,7 +31,7 @@ CLUSTER_SHORT_DIALECTS ?= postgres
 CLUSTER_DIALECTS       ?= postgres mysql
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/flashsale
 	$(GO) build -o bin/flashsale ./cmd/flashsale
@@ -36,23 +39,37 @@ build: ## Build bin/flashsale
 build-static: ## Build the release binary bin/flashsale as the Dockerfile does (static, trimmed, stripped: scripts/build-static.sh)
 	GO=$(GO) scripts/build-static.sh bin/flashsale
 
-test: ## Ensure services and tools, check the alert rules, then run all tests with -race on PostgreSQL and on MariaDB (missing services fail), then the CHAOS_SHORT fault scenarios and the short cluster test
-	scripts/ensure-services.sh
-	$(MAKE) alerts
-	$(MAKE) test-postgres
-	$(MAKE) test-mysql
-	$(MAKE) test-chaos-short
-	$(MAKE) test-cluster-short
+# The race detector's runs; -p: packages run at once (go test's default is
+# the number of CPUs).
+RACE = $(GO) test -race -count=1 -timeout 20m $(TESTFLAGS)
+DB_PKGS   = $$(scripts/test-packages.sh db $(PKGS))
+NODB_PKGS = $$(scripts/test-packages.sh nodb $(PKGS))
 
-test-postgres: ## All tests with -race, the database being PostgreSQL
-	FLASHSALE_TEST_DIALECT=postgres FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+test: ## The test command: ensure services, alert rules, every test with -race (database-backed packages on PostgreSQL and on MariaDB, the others once), the CHAOS_SHORT fault scenarios, the short cluster test; a summary of every stage at the end
+	@scripts/stages.sh \
+		services       'scripts/ensure-services.sh' \
+		alerts         '$(MAKE) --no-print-directory alerts' \
+		nodb           '$(MAKE) --no-print-directory test-nodb' \
+		postgres       '$(MAKE) --no-print-directory test-postgres' \
+		mysql          '$(MAKE) --no-print-directory test-mysql' \
+		chaos-postgres '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=postgres' \
+		chaos-mysql    '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=mysql' \
+		cluster-short  '$(MAKE) --no-print-directory test-cluster-short'
 
-test-mysql: ## All tests with -race, the database being MariaDB/MySQL (FLASHSALE_TEST_MYSQL_URL)
-	FLASHSALE_TEST_DIALECT=mysql FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+test-nodb: ## The packages whose tests use no database, with -race, once (scripts/test-packages.sh nodb)
+	FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(NODB_PKGS)
 
-test-chaos-short: ## The fault suite's CHAOS_SHORT scenarios (empty: none) on PostgreSQL, then MariaDB
+test-postgres: ## The database-backed packages with -race on PostgreSQL (test-nodb test-postgres: everything)
+	FLASHSALE_TEST_DIALECT=postgres FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(DB_PKGS)
+
+test-mysql: ## The database-backed packages with -race on MariaDB/MySQL (FLASHSALE_TEST_MYSQL_URL)
+	FLASHSALE_TEST_DIALECT=mysql FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(DB_PKGS)
+
+CHAOS_DIALECTS ?= postgres mysql
+
+test-chaos-short: ## The fault suite's CHAOS_SHORT scenarios (empty: none) on CHAOS_DIALECTS (PostgreSQL, then MariaDB)
 	@if [ -z "$(CHAOS_SHORT)" ]; then echo "CHAOS_SHORT is empty: no fault scenarios"; exit 0; fi; \
-	for d in postgres mysql; do \
+	for d in $(CHAOS_DIALECTS); do \
 		FLASHSALE_CHAOS="$(CHAOS_SHORT)" FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
 			$(GO) test -count=1 -v -timeout 15m -run '^TestChaos$$' ./internal/chaos || exit 1; \
 	done
