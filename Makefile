@@ -16,7 +16,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        ?= ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help build build-static test test-nodb test-postgres test-mysql test-short test-chaos-short test-cluster test-cluster-short chaos vet lint alerts bench run ci
+.PHONY: help build build-static test test-nodb test-postgres test-mysql test-short stress test-chaos-short test-cluster test-cluster-short chaos vet lint alerts bench run ci
 
 # CHAOS_SHORT names the fault-suite scenarios `make test` runs on each
 # database (docs/faults.md): a comma list, `short` for the short set, empty
@@ -126,3 +126,11 @@ FUZZTIME ?= 10s
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (10s, or a count: 50000x) each, one test binary per package; a failure prints its input and the command re-running it
 	@GO=$(GO) scripts/fuzz.sh $(FUZZTIME) $(PKGS)
+
+# STRESS_COUNT runs of each test that has flaked, under -race, with
+# STRESS_LOAD busy loops taking CPU beside them (scripts/stress.sh).
+STRESS_COUNT ?= 5
+STRESS_LOAD  ?= 4
+
+stress: ## Rerun the tests that have flaked STRESS_COUNT (5) times each under -race beside STRESS_LOAD (4) CPU burners, on FLASHSALE_TEST_DIALECT (postgres)
+	@GO=$(GO) STRESS_COUNT=$(STRESS_COUNT) STRESS_LOAD=$(STRESS_LOAD) scripts/stress.sh
