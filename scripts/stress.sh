@@ -49,5 +49,5 @@ while read -r pkg run; do
 	summary+=("$(printf '%-5s %-22s %s %ds' "$r" "$pkg" "$run" $(($(date +%s) - t0)))")
 done <<<"$flaked"
 stop_burners
-printf '\n%s\n' "${summary[@]}"
+echo; printf '%s\n' "${summary[@]}"
 exit $status
