@@ -1,19 +1,22 @@
 # Targets for building, testing and linting flashsale. `make` alone lists them.
 #
-# `make test` is the test command: it makes sure PostgreSQL, MariaDB and Redis
-# run (scripts/ensure-services.sh), then runs every test with the race
-# detector twice: on PostgreSQL, then on MariaDB (FLASHSALE_TEST_DIALECT),
-# failing (not skipping) tests whose service is missing, and then the fault
-# suite's CHAOS_SHORT scenarios on each database (docs/faults.md), and the
-# short cluster test on CLUSTER_SHORT_DIALECTS (docs/faults.md, "Cluster
-# test").
+# `make test` is the test command (scripts/stages.sh runs its stages, keeps
+# going after a failing one and ends with a table of every stage's result
+# and time): it makes sure PostgreSQL, MariaDB and Redis run
+# (scripts/ensure-services.sh), checks the alert rules, runs with the race
+# detector the packages whose tests use no database once (test-nodb) and
+# those that do on PostgreSQL and on MariaDB (test-postgres, test-mysql;
+# scripts/test-packages.sh tells them apart), failing (not skipping) tests
+# whose service is missing, then the fault suite's CHAOS_SHORT scenarios on
+# each database (docs/faults.md), and the short cluster test on
+# CLUSTER_SHORT_DIALECTS (docs/faults.md, "Cluster test").
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        ?= ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help build build-static test test-postgres test-mysql test-short test-chaos-short test-cluster test-cluster-short chaos vet lint alerts bench run ci
+.PHONY: help build build-static test test-nodb test-postgres test-mysql test-short stress test-chaos-short test-cluster test-cluster-short chaos vet lint alerts bench run ci
 
 # CHAOS_SHORT names the fault-suite scenarios `make test` runs on each
 # database (docs/faults.md): a comma list, `short` for the short set, empty
@@ -36,23 +39,37 @@ build: ## Build bin/flashsale
 build-static: ## Build the release binary bin/flashsale as the Dockerfile does (static, trimmed, stripped: scripts/build-static.sh)
 	GO=$(GO) scripts/build-static.sh bin/flashsale
 
-test: ## Ensure services and tools, check the alert rules, then run all tests with -race on PostgreSQL and on MariaDB (missing services fail), then the CHAOS_SHORT fault scenarios and the short cluster test
-	scripts/ensure-services.sh
-	$(MAKE) alerts
-	$(MAKE) test-postgres
-	$(MAKE) test-mysql
-	$(MAKE) test-chaos-short
-	$(MAKE) test-cluster-short
+# The race detector's runs; -p: packages run at once (go test's default is
+# the number of CPUs).
+RACE = $(GO) test -race -count=1 -timeout 20m $(TESTFLAGS)
+DB_PKGS   = $$(scripts/test-packages.sh db $(PKGS))
+NODB_PKGS = $$(scripts/test-packages.sh nodb $(PKGS))
 
-test-postgres: ## All tests with -race, the database being PostgreSQL
-	FLASHSALE_TEST_DIALECT=postgres FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+test: ## The test command: ensure services, alert rules, every test with -race (database-backed packages on PostgreSQL and on MariaDB, the others once), the CHAOS_SHORT fault scenarios, the short cluster test; a summary of every stage at the end
+	@scripts/stages.sh \
+		services       'scripts/ensure-services.sh' \
+		alerts         '$(MAKE) --no-print-directory alerts' \
+		nodb           '$(MAKE) --no-print-directory test-nodb' \
+		postgres       '$(MAKE) --no-print-directory test-postgres' \
+		mysql          '$(MAKE) --no-print-directory test-mysql' \
+		chaos-postgres '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=postgres' \
+		chaos-mysql    '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=mysql' \
+		cluster-short  '$(MAKE) --no-print-directory test-cluster-short'
 
-test-mysql: ## All tests with -race, the database being MariaDB/MySQL (FLASHSALE_TEST_MYSQL_URL)
-	FLASHSALE_TEST_DIALECT=mysql FLASHSALE_TEST_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+test-nodb: ## The packages whose tests use no database, with -race, once (scripts/test-packages.sh nodb)
+	FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(NODB_PKGS)
 
-test-chaos-short: ## The fault suite's CHAOS_SHORT scenarios (empty: none) on PostgreSQL, then MariaDB
+test-postgres: ## The database-backed packages with -race on PostgreSQL (test-nodb test-postgres: everything)
+	FLASHSALE_TEST_DIALECT=postgres FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(DB_PKGS)
+
+test-mysql: ## The database-backed packages with -race on MariaDB/MySQL (FLASHSALE_TEST_MYSQL_URL)
+	FLASHSALE_TEST_DIALECT=mysql FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(DB_PKGS)
+
+CHAOS_DIALECTS ?= postgres mysql
+
+test-chaos-short: ## The fault suite's CHAOS_SHORT scenarios (empty: none) on CHAOS_DIALECTS (PostgreSQL, then MariaDB)
 	@if [ -z "$(CHAOS_SHORT)" ]; then echo "CHAOS_SHORT is empty: no fault scenarios"; exit 0; fi; \
-	for d in postgres mysql; do \
+	for d in $(CHAOS_DIALECTS); do \
 		FLASHSALE_CHAOS="$(CHAOS_SHORT)" FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
 			$(GO) test -count=1 -v -timeout 15m -run '^TestChaos$$' ./internal/chaos || exit 1; \
 	done
@@ -103,13 +120,18 @@ ci: ## vet, test, then every benchmark once (CI runs .ci/run: also staticcheck a
 	$(MAKE) test
 	$(MAKE) bench
 
+# FUZZTIME is each fuzz target's -fuzztime: a duration (10s) or a number of
+# executions (50000x, what CI uses: scripts/fuzz.sh says why).
 FUZZTIME ?= 10s
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for FUZZTIME (10s) each; new failing inputs land in testdata/fuzz
-	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
-		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-			echo "== $$pkg $$f"; \
-			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
-		done; \
-	done
+fuzz: ## Run every fuzz target for FUZZTIME (10s, or a count: 50000x) each, one test binary per package; a failure prints its input and the command re-running it
+	@GO=$(GO) scripts/fuzz.sh $(FUZZTIME) $(PKGS)
+
+# STRESS_COUNT runs of each test that has flaked, under -race, with
+# STRESS_LOAD busy loops taking CPU beside them (scripts/stress.sh).
+STRESS_COUNT ?= 5
+STRESS_LOAD  ?= 4
+
+stress: ## Rerun the tests that have flaked STRESS_COUNT (5) times each under -race beside STRESS_LOAD (4) CPU burners, on FLASHSALE_TEST_DIALECT (postgres)
+	@GO=$(GO) STRESS_COUNT=$(STRESS_COUNT) STRESS_LOAD=$(STRESS_LOAD) scripts/stress.sh

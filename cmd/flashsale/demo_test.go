@@ -148,6 +148,9 @@ func TestDemoCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo through several 3 s restock periods")
 	}
+	// Mostly waiting on restock periods, on its own database, prefix and
+	// ports: it runs beside the other parallel tests.
+	t.Parallel()
 	redisURL, prefix := testenv.Redis(t)
 	args := []string{"demo", "-buyers", "40", "-stock", "10", "-concurrency", "4",
 		"-http-addr", "127.0.0.1:0", "-data-dir", t.TempDir(),

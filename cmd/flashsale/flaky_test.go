@@ -16,6 +16,7 @@ import (
 // every 202 ends as exactly one order with every invariant holding.
 func TestDatabaseFlakyNetwork(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel() // its own database (through its own proxy), prefix and JetStream
 	db := testenv.Database(t)
 	u, err := url.Parse(db)
 	if err != nil {

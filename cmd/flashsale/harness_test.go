@@ -164,6 +164,23 @@ func (h *harness) buy(user, sku string, qty int, idemKey string) reply {
 	return h.do(http.MethodPost, "/api/v1/orders", fmt.Sprintf(`{"sku_id":%q,"quantity":%d}`, sku, qty), hdr...)
 }
 
+// buyUntilAnswered buys as a well-behaved client does: with an
+// Idempotency-Key, sending the same request again while the answer is 503
+// ("retry shortly": a Redis call that timed out on a busy machine, a sale
+// still loading), until another answer or within has passed. A purchase
+// whose first answer was lost is then answered with its order, once.
+func (h *harness) buyUntilAnswered(user, sku string, qty int, idemKey string, within time.Duration) reply {
+	h.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r := h.buy(user, sku, qty, idemKey)
+		if r.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // settle waits until the sale is idle and every invariant holds, or fails
 // with the last report.
 func settle(t *testing.T, a *app, sku string, accepted []string, within time.Duration) invariant.Report {

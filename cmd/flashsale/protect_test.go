@@ -18,50 +18,100 @@ import (
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
-// scriptCalls returns how many scripts (EVALSHA and EVAL) the Redis server
-// of h has run, from INFO commandstats. Only meaningful on a private server.
-func scriptCalls(t *testing.T, h *harness) int64 {
+// scriptMonitor counts the scripts (EVALSHA and EVAL) a Redis server runs
+// whose arguments name one of the test's own tokens (a user id, a SKU), read
+// from a MONITOR connection. The service's background work (the
+// republisher's pass over every SKU each second, the janitor, the
+// reconciler) runs scripts at any time; those never carry the test's buyers,
+// so they are not counted.
+type scriptMonitor struct {
+	t     *testing.T
+	c     net.Conn
+	lines chan string
+}
+
+func monitorScripts(t *testing.T, addr string) *scriptMonitor {
 	t.Helper()
-	c := h.a.redis
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				c, _ := strconv.ParseInt(v, 10, 64)
-				n += c
-			}
-		}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.WriteString(c, "MONITOR\r\n"); err != nil {
+		t.Fatal(err)
 	}
-	return n
+	m := &scriptMonitor{t: t, c: c, lines: make(chan string, 1<<16)}
+	br := bufio.NewReader(c)
+	if l, err := br.ReadString('\n'); err != nil || strings.TrimSpace(l) != "+OK" {
+		t.Fatalf("MONITOR: %q %v", l, err)
+	}
+	go func() {
+		defer close(m.lines)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			m.lines <- l
+		}
+	}()
+	return m
 }
 
-// quietScripts runs f and returns how many scripts Redis ran meanwhile. The
-// service's own background work (the janitor each minute, the reconciler)
-// may run a script at any time, so a non-zero count is measured again: a
-// leak shows up every time, a background script once.
-func quietScripts(t *testing.T, h *harness, f func()) int64 {
-	t.Helper()
-	var least int64 = -1
-	for attempt := 0; attempt < 3; attempt++ {
-		before := scriptCalls(t, h)
-		f()
-		d := scriptCalls(t, h) - before
-		if least < 0 || d < least {
-			least = d
-		}
-		if least == 0 {
-			break
+// count runs f, then returns how many scripts Redis ran meanwhile whose
+// command line contains token. It waits for a marker command sent after f
+// (MONITOR shows commands in the order Redis ran them), not for a time.
+func (m *scriptMonitor) count(h *harness, token string, f func()) int {
+	m.t.Helper()
+	m.drain()
+	f()
+	marker := testenv.RandomName("monitor-marker-")
+	c := h.a.redis
+	if err := c.Do(context.Background(), c.B().Echo().Message(marker).Build()).Error(); err != nil {
+		m.t.Fatal(err)
+	}
+	n := 0
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-m.lines:
+			if !ok {
+				m.t.Fatal("MONITOR connection closed")
+			}
+			if strings.Contains(l, marker) {
+				return n
+			}
+			if isScript(l) && strings.Contains(l, token) {
+				m.t.Logf("script call of this test: %s", strings.TrimSpace(l))
+				n++
+			}
+		case <-timeout:
+			m.t.Fatalf("MONITOR never showed marker %s", marker)
 		}
 	}
-	return least
+}
+
+// drain drops the lines already read.
+func (m *scriptMonitor) drain() {
+	for {
+		select {
+		case <-m.lines:
+		default:
+			return
+		}
+	}
+}
+
+// isScript reports whether a MONITOR line is an EVALSHA or EVAL call:
+// `1700000000.000000 [0 127.0.0.1:1234] "evalsha" "sha" ...`.
+func isScript(line string) bool {
+	_, rest, ok := strings.Cut(line, "] ")
+	if !ok {
+		return false
+	}
+	cmd, _, _ := strings.Cut(rest, " ")
+	cmd = strings.ToLower(strings.Trim(cmd, `"`))
+	return cmd == "evalsha" || cmd == "eval" || cmd == "evalsha_ro" || cmd == "eval_ro"
 }
 
 // TestJunkNeverReachesGate: unknown SKUs, requests before or after the sale
@@ -91,13 +141,29 @@ func TestJunkNeverReachesGate(t *testing.T) {
 	}
 	settle(t, h.a, "live", accepted, 20*time.Second)
 
+	mon := monitorScripts(t, rs.Addr)
+	// The service's own background passes run scripts on every SKU at any
+	// time (the republisher each second); a burst of them here must not
+	// count as the test's.
+	noise, stopNoise := context.WithCancel(context.Background())
+	defer stopNoise()
+	noiseDone := make(chan struct{})
+	go func() {
+		defer close(noiseDone)
+		for noise.Err() == nil {
+			_, _ = h.a.gate.Stuck(noise, "live", time.Now(), 0, 16)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	defer func() { stopNoise(); <-noiseDone }()
+
 	// The counter works: one purchase that does reach the gate is seen.
 	h.mustPutSKU("control", 5, 1)
-	before := scriptCalls(t, h)
-	if r := h.buy("control-buyer", "control", 1, ""); r.Status != http.StatusAccepted {
-		t.Fatal(r.Raw)
-	}
-	if d := scriptCalls(t, h) - before; d < 1 {
+	if d := mon.count(h, "control-buyer", func() {
+		if r := h.buy("control-buyer", "control", 1, ""); r.Status != http.StatusAccepted {
+			t.Fatal(r.Raw)
+		}
+	}); d < 1 {
 		t.Fatalf("a purchase that reached the gate ran %d scripts", d)
 	}
 
@@ -114,7 +180,8 @@ func TestJunkNeverReachesGate(t *testing.T) {
 	for _, c := range classes {
 		t.Run(c.code, func(t *testing.T) {
 			var bad atomic.Int64
-			d := quietScripts(t, h, func() {
+			buyer := "late-" + c.code + "-"
+			d := mon.count(h, buyer, func() {
 				var wg sync.WaitGroup
 				for i := 0; i < 100; i++ {
 					wg.Add(1)
@@ -124,7 +191,7 @@ func TestJunkNeverReachesGate(t *testing.T) {
 						if c.code == "unknown_sku" {
 							sku = fmt.Sprintf("junk-%d", i)
 						}
-						r := h.buy(fmt.Sprintf("late-%d", i), sku, 1, "")
+						r := h.buy(fmt.Sprintf("%s%d", buyer, i), sku, 1, "")
 						if r.Status != c.status || r.code() != c.code {
 							bad.Add(1)
 							t.Errorf("%s: %d %s, want %d %s", sku, r.Status, r.Raw, c.status, c.code)
@@ -140,7 +207,7 @@ func TestJunkNeverReachesGate(t *testing.T) {
 	}
 	// A retry of a sold-out SKU with the key that bought it still gets its
 	// order (one HGET, no script).
-	if d := quietScripts(t, h, func() {
+	if d := mon.count(h, "early-1", func() {
 		if r := h.buy("early-1", "live", 1, "k1"); !purchaseAccepted(r) || r.str("order_id") != accepted[1] {
 			t.Errorf("keyed retry after sell-out: %d %s, want order %s", r.Status, r.Raw, accepted[1])
 		}

@@ -76,7 +76,12 @@ func killWithBacklogLosesStore(t *testing.T, fp string) {
 	}
 	p.kill()
 	before := chk.check("q", accepted, false)
-	if before.InFlight < int64(len(accepted)) || before.Orders == int64(len(accepted)) {
+	// The kill leaves every accepted reservation in flight in Redis. Before
+	// the commit it leaves them uncommitted too; after the commit, the
+	// consumer may have committed every one accepted so far (on a busy
+	// machine the buyer is slow and each batch holds one reservation).
+	uncommitted := name != failpoint.ConsumerBeforeCommit || before.Orders < int64(len(accepted))
+	if before.InFlight < int64(len(accepted)) || !uncommitted {
 		t.Fatalf("before restart: %d orders, %d in flight for %d accepted", before.Orders, before.InFlight, len(accepted))
 	}
 	if err := os.RemoveAll(dataDir); err != nil { // the store is lost
