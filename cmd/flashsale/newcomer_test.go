@@ -16,9 +16,9 @@ import (
 	"github.com/flashsale/flashsale/internal/httpapi"
 )
 
-// runCLI runs flashsale in-process with env and returns the error and what
-// it printed on stderr (plus the error's text, as main prints it).
-func runCLI(t *testing.T, env map[string]string, args ...string) (error, string) {
+// runCLI runs flashsale in-process with env and returns what it printed on
+// stderr (plus the error's text, as main prints it) and the error.
+func runCLI(t *testing.T, env map[string]string, args ...string) (string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr)
@@ -26,7 +26,7 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (error, string)
 	if err != nil && !errors.Is(err, errUsage) {
 		text += "flashsale: " + err.Error() + "\n"
 	}
-	return err, text
+	return text, err
 }
 
 // TestBadFlagSaysOneThing: a bad flag value prints one line in the words
@@ -48,7 +48,7 @@ func TestBadFlagSaysOneThing(t *testing.T) {
 		{[]string{"migrate", "-zork"}, nil, `flashsale migrate: flag provided but not defined: -zork`},
 		{[]string{"plan", "-rate", "lots"}, nil, `flashsale plan: -rate: "lots" is not a number`},
 	} {
-		err, text := runCLI(t, c.env, c.args...)
+		text, err := runCLI(t, c.env, c.args...)
 		if err == nil {
 			t.Errorf("%v: no error", c.args)
 			continue
@@ -84,7 +84,7 @@ func TestBadArgumentsSayWhy(t *testing.T) {
 		{[]string{"token", "-user", "u", "-user-token-secret", "s", "-ttl", "-1h"}, "-ttl must be positive"},
 		{[]string{"token", "-user", "u", "-user-token-secret", "s", "-ttl", "0s"}, "-ttl must be positive"},
 	} {
-		err, text := runCLI(t, nil, c.args...)
+		text, err := runCLI(t, nil, c.args...)
 		if err == nil || !strings.Contains(text, c.want) {
 			t.Errorf("%v: %v, printed\n%s\nwant %q", c.args, err, text, c.want)
 		}
@@ -101,7 +101,7 @@ func TestAdminCommandsNeedTheToken(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
 	defer srv.Close()
 	for _, args := range [][]string{{"reconcile"}, {"dlq", "list"}, {"dlq", "replay", "3"}} {
-		err, text := runCLI(t, map[string]string{"FLASHSALE_URL": srv.URL}, args...)
+		text, err := runCLI(t, map[string]string{"FLASHSALE_URL": srv.URL}, args...)
 		if err == nil || !strings.Contains(text, "set FLASHSALE_ADMIN_TOKEN (or -admin-token)") {
 			t.Errorf("%v without a token: %v\n%s", args, err, text)
 		}
@@ -110,7 +110,7 @@ func TestAdminCommandsNeedTheToken(t *testing.T) {
 		t.Errorf("%d requests sent without a token, want 0", n)
 	}
 	// Nothing listening: what to check, no Go error text.
-	err, text := runCLI(t, map[string]string{"FLASHSALE_URL": "http://127.0.0.1:1", "FLASHSALE_ADMIN_TOKEN": "t"}, "reconcile")
+	text, err := runCLI(t, map[string]string{"FLASHSALE_URL": "http://127.0.0.1:1", "FLASHSALE_ADMIN_TOKEN": "t"}, "reconcile")
 	if err == nil || !strings.Contains(text, "cannot reach flashsale at http://127.0.0.1:1") || strings.Contains(text, "dial tcp") {
 		t.Errorf("reconcile with nothing listening: %v\n%s", err, text)
 	}

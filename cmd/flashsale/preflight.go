@@ -106,7 +106,7 @@ func checkRedisVersion(ctx context.Context, c rueidis.Client, target string) err
 		}
 	}
 	if !redisVersionAtLeast(v, minRedis) {
-		return fmt.Errorf("Redis at %s is version %s; flashsale needs Redis %d.%d or newer (its scripts use SET ... NX GET)", target, or(v, "unknown"), minRedis[0], minRedis[1])
+		return fmt.Errorf("the Redis at %s is version %s; flashsale needs Redis %d.%d or newer (its scripts use SET ... NX GET)", target, or(v, "unknown"), minRedis[0], minRedis[1])
 	}
 	return nil
 }
