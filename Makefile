@@ -86,6 +86,15 @@ test-cluster: ## The cluster test, full (longer faults, more buyers), on CLUSTER
 			$(GO) test -count=1 -v -timeout 20m -run '^TestCluster$$' ./internal/cluster || exit 1; \
 	done
 
+# UPGRADE: full (3 instances) or short (2 instances, about 90 s a database).
+UPGRADE ?= full
+.PHONY: test-upgrade
+test-upgrade: ## The previous release (release/previous, built from git) beside this tree behind HAProxy: upgraded one by one, rolled back one by one, invariants after each step; PostgreSQL then MariaDB (UPGRADE=short for CI's version)
+	@for d in postgres mysql; do \
+		FLASHSALE_UPGRADE=$(UPGRADE) FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
+			$(GO) test -count=1 -v -timeout 15m -run '^TestUpgrade$$' ./internal/cluster || exit 1; \
+	done
+
 chaos: ## The fault suite, every scenario (or CHAOS=name,name; docs/faults.md lists them), one table row per fault, on PostgreSQL then MariaDB
 	@status=0; for d in postgres mysql; do \
 		FLASHSALE_CHAOS="$(CHAOS)" FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \

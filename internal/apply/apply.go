@@ -36,6 +36,16 @@
 //
 // A redelivery finds the idempotency row if the commit had happened, so
 // nothing is applied twice.
+//
+// Schema versions: every message carries orderqueue.SchemaHeader (none:
+// version 1, what releases before the header publish). The consumer decodes
+// the versions it knows (Config.Schemas). A message of any other version,
+// published by a newer release running beside this one, is not this
+// instance's to judge: it is never decoded, acked, dead-lettered or counted
+// as a failure; it is nak'ed with UnknownDelay, so it waits on the stream for
+// an instance that knows its version, however long that takes, and counted
+// (Observer.UnknownVersion: flashsale_messages_unknown_version_total, whose
+// alert fires while any waits).
 package apply
 
 import (
@@ -52,6 +62,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flashsale/flashsale/internal/failpoint"
+	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
@@ -101,7 +112,27 @@ type Config struct {
 	// Tracer, if set, traces each batch transaction (span apply.batch, a
 	// new trace linked to the trace of every purchase the batch carries).
 	Tracer *tracing.Tracer
+	// Schemas are the message schema versions this consumer applies, each
+	// with its decoder (default: orderqueue.SchemaVersion and every older
+	// one this release reads, see DefaultSchemas). Tests add a version.
+	Schemas map[int]Decoder
+	// UnknownDelay is how long a message of a schema version not in
+	// Schemas waits before it is delivered again (default 5s).
+	UnknownDelay time.Duration
 }
+
+// Decoder turns a message payload of one schema version into a reservation.
+type Decoder func(data []byte) (sale.Reservation, error)
+
+// DecodeV1 decodes schema version 1: a JSON sale.Reservation.
+func DecodeV1(data []byte) (sale.Reservation, error) {
+	var r sale.Reservation
+	err := json.Unmarshal(data, &r)
+	return r, err
+}
+
+// DefaultSchemas returns the versions this release reads: 1.
+func DefaultSchemas() map[int]Decoder { return map[int]Decoder{1: DecodeV1} }
 
 func (c Config) withDefaults() Config {
 	if c.Batch == 0 {
@@ -125,6 +156,12 @@ func (c Config) withDefaults() Config {
 	if c.AckWait == 0 {
 		c.AckWait = 3 * time.Second
 	}
+	if len(c.Schemas) == 0 {
+		c.Schemas = DefaultSchemas()
+	}
+	if c.UnknownDelay == 0 {
+		c.UnknownDelay = 5 * time.Second
+	}
 	return c
 }
 
@@ -132,6 +169,9 @@ func (c Config) withDefaults() Config {
 type Observer interface {
 	Batch(size int, applied, refused, duplicates int, elapsed time.Duration, err error)
 	DeadLettered()
+	// UnknownVersion counts one delivery of a message whose schema
+	// version this consumer does not know (left for another instance).
+	UnknownVersion()
 }
 
 // Consumer applies the stream to the database.
@@ -243,8 +283,12 @@ func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
 	rs := make([]sale.Reservation, 0, len(msgs))
 	good := make([]jetstream.Msg, 0, len(msgs))
 	for _, m := range msgs {
-		var r sale.Reservation
-		err := json.Unmarshal(m.Data(), &r)
+		decode, ok := c.decoder(m)
+		if !ok {
+			c.unknownVersion(m)
+			continue
+		}
+		r, err := decode(m.Data())
 		if err == nil {
 			err = r.Validate()
 		}
@@ -277,6 +321,33 @@ func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
 			c.retry(ctx, good[i:i+1], rs[i:i+1], err, !c.transient(ctx, err))
 		}
 	}
+}
+
+// decoder returns the decoder of m's schema version, if this consumer knows it.
+func (c *Consumer) decoder(m jetstream.Msg) (Decoder, bool) {
+	v, ok := orderqueue.SchemaOf(m.Headers())
+	if !ok {
+		return nil, false
+	}
+	d, ok := c.cfg.Schemas[v]
+	return d, ok
+}
+
+// unknownVersion leaves m, of a schema version this consumer does not know,
+// on the stream for an instance that knows it (see the package doc).
+func (c *Consumer) unknownVersion(m jetstream.Msg) {
+	if c.obs != nil {
+		c.obs.UnknownVersion()
+	}
+	if err := m.NakWithDelay(c.cfg.UnknownDelay); err != nil {
+		c.log.Warn("consumer: nak", "err", err)
+	}
+	seq := uint64(0)
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	c.log.Warn("consumer: message of a schema version this release does not know; left for an instance that does",
+		"subject", m.Subject(), "stream_seq", seq, "schema", m.Headers().Get(orderqueue.SchemaHeader), "redelivery_in", c.cfg.UnknownDelay)
 }
 
 // holdBackoff is the wait between two tries of a batch held for an outage:

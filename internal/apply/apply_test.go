@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flashsale/flashsale/internal/apply"
@@ -34,8 +35,9 @@ type msg struct {
 	progress      atomic.Int64 // in-progress acks (sent from the consumer's keep-alive goroutine)
 }
 
-func (m *msg) Data() []byte    { return m.data }
-func (m *msg) Subject() string { return "flashsale.orders.s" }
+func (m *msg) Data() []byte         { return m.data }
+func (m *msg) Headers() nats.Header { return nil }
+func (m *msg) Subject() string      { return "flashsale.orders.s" }
 func (m *msg) Metadata() (*jetstream.MsgMetadata, error) {
 	return &jetstream.MsgMetadata{NumDelivered: m.delivered}, nil
 }

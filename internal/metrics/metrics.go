@@ -23,11 +23,13 @@ type Metrics struct {
 	applied      *prometheus.CounterVec
 	batchErrors  prometheus.Counter
 	deadLetters  prometheus.Counter
-	breaker      *prometheus.GaugeVec
-	breakerTrans *prometheus.CounterVec
-	drift        *prometheus.GaugeVec
-	alerts       prometheus.Counter
-	gate         prometheus.Histogram
+	// unknownVersion: no labels (the version is in the consumer's log).
+	unknownVersion prometheus.Counter
+	breaker        *prometheus.GaugeVec
+	breakerTrans   *prometheus.CounterVec
+	drift          *prometheus.GaugeVec
+	alerts         prometheus.Counter
+	gate           prometheus.Histogram
 
 	// The series of purchases and httpDuration once used, by label
 	// values: a request finds its own without hashing its labels and
@@ -89,6 +91,11 @@ func New() *Metrics {
 		Name: "flashsale_gate_duration_seconds", Help: "Latency of one Redis gate call (the reserve script).",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 	})
+	m.unknownVersion = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_messages_unknown_version_total",
+		Help: "Deliveries of stream messages whose schema version this release does not know, left (nak'ed with a delay) for an instance that knows it; growing while any waits.",
+	})
+	r.MustRegister(m.unknownVersion)
 	r.MustRegister(m.deadLetters, m.breaker, m.breakerTrans, m.drift, m.alerts, m.gate)
 	bi := buildinfo.Get()
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -138,6 +145,9 @@ func (m *Metrics) Batch(size, applied, refused, dups int, d time.Duration, err e
 
 // DeadLettered counts one dead-lettered reservation.
 func (m *Metrics) DeadLettered() { m.deadLetters.Inc() }
+
+// UnknownVersion counts one delivery of a message of an unknown schema version.
+func (m *Metrics) UnknownVersion() { m.unknownVersion.Inc() }
 
 // BreakerState records the breaker's new state.
 func (m *Metrics) BreakerState(state string) {

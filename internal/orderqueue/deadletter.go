@@ -36,6 +36,9 @@ type DeadLetter struct {
 	StreamSeq  uint64    `json:"stream_seq"`
 	FailedAt   time.Time `json:"failed_at"`
 	Data       []byte    `json:"-"`
+	// Schema is the original message's SchemaHeader ("" for none: version
+	// 1), kept so that a replay publishes the payload under its own version.
+	Schema string `json:"-"`
 }
 
 // Reservation decodes the dead letter's payload.
@@ -69,6 +72,7 @@ func (q *Queue) DeadLetter(ctx context.Context, m jetstream.Msg, orderID, sku, r
 	msg.Header.Set(hdrStreamSeq, strconv.FormatUint(seq, 10))
 	msg.Header.Set(hdrOrderID, orderID)
 	msg.Header.Set(hdrFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	setSchema(msg, m.Headers().Get(SchemaHeader))
 	_, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("dlq-%d-%s", seq, orderID)), jetstream.WithExpectStream(DeadLetterStream))
 	if err != nil {
 		return fmt.Errorf("orderqueue: dead-letter: %w", err)
@@ -91,6 +95,7 @@ func parseDeadLetter(rm *jetstream.RawStreamMsg) DeadLetter {
 		d.Deliveries, _ = strconv.Atoi(rm.Header.Get(hdrDeliveries))
 		d.StreamSeq, _ = strconv.ParseUint(rm.Header.Get(hdrStreamSeq), 10, 64)
 		d.FailedAt, _ = time.Parse(time.RFC3339Nano, rm.Header.Get(hdrFailedAt))
+		d.Schema = rm.Header.Get(SchemaHeader)
 	}
 	return d
 }
@@ -158,8 +163,12 @@ func (q *Queue) DeleteDeadLetter(ctx context.Context, seq uint64) error {
 // Replay publishes a dead letter's reservation to the order stream again
 // under a new message id (the original id may still be inside the broker's
 // duplicate window). The database's idempotency log keeps it applied once.
+// It keeps the payload's schema version.
 func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
-	_, err := q.js.Publish(ctx, SubjectPrefix+d.SKU, d.Data,
+	msg := nats.NewMsg(SubjectPrefix + d.SKU)
+	msg.Data = d.Data
+	setSchema(msg, d.Schema)
+	_, err := q.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID(fmt.Sprintf("replay-%d-%s", d.Seq, d.OrderID)), jetstream.WithExpectStream(StreamName))
 	return err
 }

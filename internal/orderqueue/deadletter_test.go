@@ -79,8 +79,8 @@ func TestDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []orderqueue.DeadLetter{
-		{Seq: 1, OrderID: r1.OrderID, SKU: "k", Reason: long[:1000], Deliveries: 2, StreamSeq: 1, Data: message(r1).Data},
-		{Seq: 2, OrderID: "not-an-order", SKU: "_malformed", Reason: "malformed", Deliveries: 1, StreamSeq: 2, Data: message(r2).Data},
+		{Seq: 1, OrderID: r1.OrderID, SKU: "k", Reason: long[:1000], Deliveries: 2, StreamSeq: 1, Data: message(r1).Data, Schema: "1"},
+		{Seq: 2, OrderID: "not-an-order", SKU: "_malformed", Reason: "malformed", Deliveries: 1, StreamSeq: 2, Data: message(r2).Data, Schema: "1"},
 	}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(orderqueue.DeadLetter{}, "FailedAt")); diff != "" {
 		t.Errorf("DeadLetters (-want +got):\n%s", diff)

@@ -77,7 +77,9 @@ func (q *Queue) PublishEvents(ctx context.Context, evs []Event) error {
 		if err != nil {
 			return err
 		}
-		f, err := q.js.PublishMsgAsync(&nats.Msg{Subject: EventSubjectPrefix + e.Type, Data: data},
+		msg := &nats.Msg{Subject: EventSubjectPrefix + e.Type, Data: data}
+		setSchema(msg, "")
+		f, err := q.js.PublishMsgAsync(msg,
 			jetstream.WithMsgID("evt-"+strconv.FormatInt(e.ID, 10)), jetstream.WithExpectStream(EventStream))
 		if err != nil {
 			return err

@@ -247,13 +247,11 @@ func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 	errs := make([]error, len(msgs))
 	futs := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
-		msg := &nats.Msg{Subject: SubjectPrefix + sale.SKUOfBucket(m.SKU), Data: m.Data}
-		if len(m.Trace) > 0 {
-			msg.Header = make(nats.Header, len(m.Trace))
-			for k, v := range m.Trace {
-				msg.Header[k] = []string{v} // exact (lower-case) W3C names
-			}
+		msg := &nats.Msg{Subject: SubjectPrefix + sale.SKUOfBucket(m.SKU), Data: m.Data, Header: make(nats.Header, len(m.Trace)+1)}
+		for k, v := range m.Trace {
+			msg.Header[k] = []string{v} // exact (lower-case) W3C names
 		}
+		setSchema(msg, "")
 		futs[i], errs[i] = q.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectStream(StreamName))
 	}
 	for i, f := range futs {
