@@ -45,7 +45,7 @@ RACE = $(GO) test -race -count=1 -timeout 20m $(TESTFLAGS)
 DB_PKGS   = $$(scripts/test-packages.sh db $(PKGS))
 NODB_PKGS = $$(scripts/test-packages.sh nodb $(PKGS))
 
-test: ## The test command: ensure services, alert rules, every test with -race (database-backed packages on PostgreSQL and on MariaDB, the others once), the CHAOS_SHORT fault scenarios, the short cluster test; a summary of every stage at the end
+test: ## The test command: ensure services, alert rules, every test with -race (database-backed packages on PostgreSQL and on MariaDB, the others once), the CHAOS_SHORT fault scenarios, the short cluster test, the short upgrade test (previous release beside this one); a summary of every stage at the end
 	@scripts/stages.sh \
 		services       'scripts/ensure-services.sh' \
 		alerts         '$(MAKE) --no-print-directory alerts' \
@@ -54,7 +54,8 @@ test: ## The test command: ensure services, alert rules, every test with -race (
 		mysql          '$(MAKE) --no-print-directory test-mysql' \
 		chaos-postgres '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=postgres' \
 		chaos-mysql    '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=mysql' \
-		cluster-short  '$(MAKE) --no-print-directory test-cluster-short'
+		cluster-short  '$(MAKE) --no-print-directory test-cluster-short' \
+		upgrade-short  '$(MAKE) --no-print-directory test-upgrade UPGRADE=short'
 
 test-nodb: ## The packages whose tests use no database, with -race, once (scripts/test-packages.sh nodb)
 	FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(NODB_PKGS)
