@@ -280,6 +280,7 @@ func TestFloodIsLimited(t *testing.T) {
 	}
 
 	honest, flooder, bot := newTally(), newTally(), newTally()
+	start := time.Now()
 	stop := make(chan struct{})
 	var fw sync.WaitGroup
 	var botN atomic.Int64
@@ -310,7 +311,14 @@ func TestFloodIsLimited(t *testing.T) {
 		}()
 	}
 
-	start := time.Now()
+	// The honest buyers come once the flooder and the bot have each been
+	// limited: started at once, on a busy machine the honest crowd could
+	// sell out before the bot made more than its burst of attempts, and
+	// sold-out answers come from memory, before any limit.
+	waitFor(t, 30*time.Second, "the flooder and the bot answered 429", func() bool {
+		limited := func(tl *tally) bool { tl.mu.Lock(); defer tl.mu.Unlock(); return tl.codes["rate_limited"] > 0 }
+		return limited(flooder) && limited(bot)
+	})
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	for w := 0; w < 64; w++ {
