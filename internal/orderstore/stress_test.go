@@ -57,8 +57,8 @@ type stressApplied struct {
 // only ever raised, so live holdings above the limit of the same snapshot
 // would have been above the limit when they were taken. While it runs a
 // monitor reads, one statement at a time, that stock + live units = total
-// and that no one holds more than the limit read with the holdings. Then it checks from the
-// database:
+// and that no one holds more than the limit read with the holdings. Then
+// it checks from the database:
 // I1 and I5 per SKU (checkInvariants), no user above the limit, at most one
 // live order per Idempotency-Key and a key owner for every refusal for its
 // key, every reservation applied exactly once with its outcome consistent
