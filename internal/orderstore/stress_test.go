@@ -1,6 +1,7 @@
 package orderstore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/google/go-cmp/cmp"
 )
 
 // stressSeed returns the workload seed of a randomized test: the value of
@@ -52,11 +54,11 @@ type stressApplied struct {
 // from: cancels, expiries, payments and cancellations of queued orders
 // (RequestCancel), direct sales (BuyDirect, some on the batches' own ids and
 // keys), restocks, reductions and raises of the limit (PutSKU). The limit is
-// only ever raised, so live holdings above the last one would have been
-// above the limit when they were taken. While it runs a monitor reads, one
-// statement at a time, that stock + live units = total and that no one
-// holds more than the highest limit set so far. Then it checks from the
-// database:
+// only ever raised, so live holdings above the limit of the same snapshot
+// would have been above the limit when they were taken. While it runs a
+// monitor reads, one statement at a time, that stock + live units = total
+// and that no one holds more than the limit read with the holdings. Then
+// it checks from the database:
 // I1 and I5 per SKU (checkInvariants), no user above the limit, at most one
 // live order per Idempotency-Key and a key owner for every refusal for its
 // key, every reservation applied exactly once with its outcome consistent
@@ -293,7 +295,8 @@ func TestApplyBatchStress(t *testing.T) {
 
 	// Monitor: what the database says at moments between commits, each
 	// read one statement (one snapshot): stock + live units = total, and
-	// no holdings above the highest limit set so far.
+	// no holdings above the limit of the same snapshot (see
+	// holdingsOverLimit), which is no higher than the highest set so far.
 	othersWG.Go(func() {
 		for {
 			select {
@@ -302,7 +305,6 @@ func TestApplyBatchStress(t *testing.T) {
 			case <-time.After(5 * time.Millisecond):
 			}
 			for i := range skus {
-				lim := maxLim[i].Load() // before the read: only raised
 				var stock, tot, live int64
 				err := s.DB().QueryRowContext(ctx, s.Rebind(`SELECT stock, total_stock,
     (SELECT coalesce(sum(quantity), 0) FROM orders o WHERE o.sku_id = i.sku_id AND o.status IN ('pending_payment', 'paid'))
@@ -315,16 +317,19 @@ FROM inventory i WHERE sku_id = ?`), skuID(i)).Scan(&stock, &tot, &live)
 					t.Errorf("monitor: %s: stock %d + live %d, total %d", skuID(i), stock, live, tot)
 					return
 				}
-				held, err := s.LiveHoldings(ctx, skuID(i))
+				over, dbLim, err := holdingsOverLimit(ctx, s, skuID(i))
 				if err != nil {
 					t.Errorf("monitor: %v", err)
 					return
 				}
-				for u, n := range held {
-					if n > lim {
-						t.Errorf("monitor: %s: %s holds %d units, limit at most %d", skuID(i), u, n, lim)
-						return
-					}
+				if len(over) > 0 {
+					t.Errorf("monitor: %s: limit %d in the same snapshot, holdings above it %v", skuID(i), dbLim, over)
+					return
+				}
+				// After the read: every limit set up to it is at most this one.
+				if lim := maxLim[i].Load(); dbLim > lim {
+					t.Errorf("monitor: %s: limit %d in the database, at most %d was set", skuID(i), dbLim, lim)
+					return
 				}
 			}
 		}
@@ -470,6 +475,98 @@ FROM inventory i WHERE sku_id = ?`), skuID(i)).Scan(&stock, &tot, &live)
 			t.Errorf("BuyDirect %s (%+v) answered with order %s %+v", id, r, got, o)
 		}
 	}
+}
+
+const holdingsAndLimitSQL = `
+SELECT o.user_id, sum(o.quantity), i.per_user_limit
+FROM inventory i JOIN orders o ON o.sku_id = i.sku_id
+WHERE i.sku_id = ? AND o.status IN ('pending_payment', 'paid')
+GROUP BY o.user_id, i.per_user_limit`
+
+// holdingsOverLimit reads, in one statement (one snapshot), the live units
+// each user holds of sku and the SKU's per-user limit, and returns the users
+// holding more than that limit, with the limit (0 when no one holds any).
+// Where the limit is only raised, the limit of the snapshot is at least
+// every limit those orders were taken under, so a holding above it broke
+// the limit when it was taken. A limit read before the holdings, in another
+// snapshot, is no such bound: a raise and a purchase under it can commit
+// between the two reads.
+func holdingsOverLimit(ctx context.Context, s *orderstore.Store, sku string) (map[string]int64, int64, error) {
+	rows, err := s.DB().QueryContext(ctx, s.Rebind(holdingsAndLimitSQL), sku)
+	if err != nil {
+		return nil, 0, fmt.Errorf("holdings of %s: %w", sku, err)
+	}
+	defer rows.Close()
+	var (
+		over  = make(map[string]int64)
+		limit int64
+	)
+	for rows.Next() {
+		var (
+			user string
+			n    int64
+		)
+		if err := rows.Scan(&user, &n, &limit); err != nil {
+			return nil, 0, fmt.Errorf("holdings of %s: %w", sku, err)
+		}
+		if n > limit {
+			over[user] = n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("holdings of %s: %w", sku, err)
+	}
+	return over, limit, nil
+}
+
+// TestStressMonitorLimitRaised drives, one step at a time, the interleaving
+// that made the stress monitor report a user above the limit while the
+// database never held more than its limit: the monitor took the highest
+// limit set so far (3), then the limit was raised to 4 and the user bought
+// a fourth unit under it, then the monitor read the holdings (4 > 3). The
+// limit and the holdings read in one snapshot (holdingsOverLimit) agree at
+// every step, and still show holdings above a limit lowered under them.
+func TestStressMonitorLimitRaised(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	const sku = "MONITOR"
+	putSKUChange(t, s, orderstore.SKUChange{ID: sku, TotalStock: 8, PerUserLimit: 3})
+	apply := func(n int, qty int64) {
+		t.Helper()
+		out, err := s.ApplyBatch(ctx, []sale.Reservation{resv(oid(0x5753, n), sku, "u0", qty)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Status != sale.StatusPendingPayment {
+			t.Fatalf("order %d of %d units: %s/%s, want pending_payment", n, qty, out[0].Status, out[0].Reason)
+		}
+	}
+	wantOver := func(step string, want map[string]int64, wantLimit int64) {
+		t.Helper()
+		over, limit, err := holdingsOverLimit(ctx, s, sku)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, over); diff != "" || limit != wantLimit {
+			t.Errorf("%s: limit %d (want %d), holdings above it (-want +got):\n%s", step, limit, wantLimit, diff)
+		}
+	}
+
+	apply(1, 3)
+	wantOver("3 units, limit 3", map[string]int64{}, 3)
+	staleLimit := int64(3) // the monitor's load of the highest limit set so far
+	putSKUChange(t, s, orderstore.SKUChange{ID: sku, TotalStock: 8, PerUserLimit: 4})
+	apply(2, 1)
+	held, err := s.LiveHoldings(ctx, sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held["u0"] <= staleLimit {
+		t.Fatalf("u0 holds %d: the interleaving did not happen", held["u0"])
+	}
+	wantOver("4 units, limit raised to 4 before the fourth", map[string]int64{}, 4)
+	putSKUChange(t, s, orderstore.SKUChange{ID: sku, TotalStock: 8, PerUserLimit: 2})
+	wantOver("4 units, limit lowered to 2", map[string]int64{"u0": 4}, 2)
 }
 
 // successor reports whether an order applied as o may now be in status
