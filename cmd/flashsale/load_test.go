@@ -16,6 +16,14 @@ type history struct {
 	codes    map[string]int
 }
 
+// unknown counts the answers that said nothing of the outcome (5xx,
+// transport errors): each may be at most one order nobody was told of (I9).
+func (hs *history) unknown() int {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.codes["unavailable"] + hs.codes["busy"] + hs.codes["internal"] + hs.codes["transport"] + hs.codes[""]
+}
+
 func (hs *history) ids() []string {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
@@ -28,7 +36,9 @@ func (hs *history) ids() []string {
 
 // runBuyers sends buyers purchases of one unit at about rate per second
 // (conc at a time), one in five clicking twice; each buyer's first click
-// carries an Idempotency-Key. It returns when every buyer is done.
+// carries an Idempotency-Key and is sent again while answered 503 (an
+// unknown outcome), as a client should, for up to 10 s. It returns when
+// every buyer is done.
 func runBuyers(t *testing.T, h *harness, sku string, buyers, rate, conc int) *history {
 	hs := &history{accepted: map[string]string{}, codes: map[string]int{}}
 	jobs := make(chan int)
@@ -48,13 +58,18 @@ func runBuyers(t *testing.T, h *harness, sku string, buyers, rate, conc int) *hi
 					if c == 0 {
 						key = fmt.Sprintf("%s-%d", sku, i)
 					}
-					r := h.buy(user, sku, 1, key)
+					var r reply
+					if key != "" {
+						r = h.buyUntilAnswered(user, sku, 1, key, 10*time.Second)
+					} else {
+						r = h.buy(user, sku, 1, key)
+					}
 					hs.mu.Lock()
 					switch {
-					case r.Status == http.StatusAccepted:
+					case purchaseAccepted(r):
 						hs.accepted[r.str("order_id")] = user
 						hs.codes["accepted"]++
-						if r.str("status") == "pending_payment" {
+						if r.Status == http.StatusAccepted && r.str("status") == "pending_payment" {
 							hs.direct++
 						}
 					case r.Status == 0:
