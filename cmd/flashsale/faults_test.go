@@ -136,26 +136,36 @@ BEGIN IF NEW.user_id LIKE 'poison%' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEX
 		accepted = append(accepted, r.str("order_id"))
 	}
 	admin := "Authorization: Bearer " + testAdmin
+	// Wait until both poisoned orders are in the listed dead letters (the
+	// two are dead-lettered at about the same moment: a listing may hold
+	// one of them only).
 	var list reply
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	seqOf := map[string]float64{}
+	listed := func() bool {
 		list = h.do(http.MethodGet, "/admin/v1/dlq", "", admin)
-		if list.Body["count"] == float64(2) || time.Now().After(deadline) {
-			break
+		dls, _ := list.Body["dead_letters"].([]any)
+		clear(seqOf)
+		for _, d := range dls {
+			m := d.(map[string]any)
+			seqOf[m["order_id"].(string)] = m["seq"].(float64)
+		}
+		return list.Status == http.StatusOK && seqOf[accepted[1]] > 0 && seqOf[accepted[3]] > 0
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !listed() {
+		if time.Now().After(deadline) {
+			t.Fatalf("dead letters never listed both poisoned orders %s and %s: %d %s", accepted[1], accepted[3], list.Status, list.Raw)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if list.Status != http.StatusOK || list.Body["count"] != float64(2) {
-		t.Fatalf("dead letters: %d %s", list.Status, list.Raw)
+	if list.Body["count"] != float64(2) || len(seqOf) != 2 {
+		t.Fatalf("dead letters: want exactly the two poisoned orders: %s", list.Raw)
 	}
-	dls := list.Body["dead_letters"].([]any)
-	seqOf := map[string]float64{}
-	for _, d := range dls {
+	for _, d := range list.Body["dead_letters"].([]any) {
 		m := d.(map[string]any)
 		if m["deliveries"] != float64(3) || !strings.Contains(m["reason"].(string), "poison order") {
 			t.Errorf("dead letter %v: want 3 deliveries and the database's reason", m)
 		}
-		seqOf[m["order_id"].(string)] = m["seq"].(float64)
 	}
 	// The healthy orders went through; the poisoned ones still hold their units.
 	rep := settleLoose(t, h, "d")

@@ -47,13 +47,23 @@ type Service struct {
 func New(q Queue, store Store, gate Gate) *Service { return &Service{q: q, store: store, gate: gate} }
 
 // List returns up to limit dead letters after sequence after, and how many there are.
+//
+// The count is read before the page: the consumer may write a dead letter
+// while List runs, and a count read after the page would include one the page
+// never saw (a caller waiting for n dead letters would find one missing). Read
+// first, the count only names dead letters that were there when the page was
+// read: a page that is not full (from the start) holds at least that many,
+// unless an operator removed one meanwhile.
 func (s *Service) List(ctx context.Context, after uint64, limit int) ([]orderqueue.DeadLetter, uint64, error) {
+	n, err := s.q.DeadLetterCount(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	ds, err := s.q.DeadLetters(ctx, after, limit)
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := s.q.DeadLetterCount(ctx)
-	return ds, n, err
+	return ds, n, nil
 }
 
 // Action is what was done with a dead letter.
