@@ -163,8 +163,11 @@ BEGIN IF NEW.user_id LIKE 'poison%' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEX
 	}
 	for _, d := range list.Body["dead_letters"].([]any) {
 		m := d.(map[string]any)
-		if m["deliveries"] != float64(3) || !strings.Contains(m["reason"].(string), "poison order") {
-			t.Errorf("dead letter %v: want 3 deliveries and the database's reason", m)
+		// Dead-lettered at the third deterministic failure; the broker's
+		// delivery count may be higher (a redelivery after an ack wait on a
+		// busy machine counts there, not as a failure), never lower.
+		if d, _ := m["deliveries"].(float64); d < 3 || !strings.Contains(m["reason"].(string), "poison order") {
+			t.Errorf("dead letter %v: want at least 3 deliveries and the database's reason", m)
 		}
 	}
 	// The healthy orders went through; the poisoned ones still hold their units.
