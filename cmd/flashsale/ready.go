@@ -61,7 +61,11 @@ const gatePingBound = 400 * time.Millisecond
 
 // purchasesCheck: ready while the Redis gate sells (Redis answers, breaker
 // closed) or the database fallback can (it is on and the database answers).
-// Both are tried at once, so one that hangs leaves the other its time.
+// Both are tried at once, so one that hangs leaves the other its time. The
+// gate's ping is given gatePingBound by the clock, not only by its context:
+// a call that picks a connection being set up again waits for that set-up
+// under the deadline of whichever caller began it (see
+// stockgate.DialWithin), which may be longer than this check's.
 func (a *app) purchasesCheck(ctx context.Context) error {
 	gatec, dbc := make(chan error, 1), make(chan error, 1)
 	go func() {
@@ -69,13 +73,11 @@ func (a *app) purchasesCheck(ctx context.Context) error {
 			gatec <- fmt.Errorf("redis breaker %s", st)
 			return
 		}
-		gctx := ctx
 		if a.cfg.FallbackConc > 0 {
-			var cancel context.CancelFunc
-			gctx, cancel = context.WithTimeout(ctx, gatePingBound)
-			defer cancel()
+			gatec <- within(ctx, gatePingBound, a.gate.Ping)
+			return
 		}
-		gatec <- a.gate.Ping(gctx)
+		gatec <- a.gate.Ping(ctx)
 	}()
 	go func() {
 		if a.cfg.FallbackConc == 0 {
@@ -94,6 +96,27 @@ func (a *app) purchasesCheck(ctx context.Context) error {
 	}
 	return httpapi.Unready("neither the redis gate nor the database fallback can sell",
 		fmt.Errorf("gate: %w; fallback: %w", gerr, derr))
+}
+
+// errNoAnswer is within's error for a call that outlived its bound.
+var errNoAnswer = errors.New("no answer in time")
+
+// within runs f under a deadline of d and returns by then whether or not f
+// does (f keeps running until it returns; its result is dropped): for
+// calls whose library does not always honour a context's deadline.
+func within(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	errc := make(chan error, 1)
+	go func() {
+		defer cancel()
+		errc <- f(ctx)
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w (%s): %w", errNoAnswer, d, ctx.Err())
+	}
 }
 
 // databaseCheck: the database out (or out of connection slots) degrades:

@@ -314,7 +314,7 @@ func (a *app) openStores(ctx context.Context) (err error) {
 	if _, err = stockgate.ClientOption(a.cfg.RedisURL); err != nil {
 		return fmt.Errorf("redis-url: %q: %s; use redis://[:password@]host:6379/0, rediss:// for TLS, or redis://node1:6379?addr=node2:6379 for a Redis Cluster", hidePassword(a.cfg.RedisURL), innermost(err))
 	}
-	if a.redis, err = stockgate.Dial(a.cfg.RedisURL); err != nil {
+	if a.redis, err = stockgate.DialWithin(a.cfg.RedisURL, a.cfg.RedisTimeout); err != nil {
 		if strings.Contains(err.Error(), "not a Redis Cluster") {
 			return err
 		}

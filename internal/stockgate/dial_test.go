@@ -1,9 +1,11 @@
 package stockgate_test
 
 import (
+	"context"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flashsale/flashsale/internal/stockgate"
 	"github.com/flashsale/flashsale/internal/testenv"
@@ -41,4 +43,43 @@ func TestDialBadSettings(t *testing.T) {
 		t.Fatalf("a plain server: %v", err)
 	}
 	c.Close()
+}
+
+// TestCallBesideARedial: with Redis hung, a call with a short deadline that
+// picks a connection being set up again waits for that set-up, under the
+// deadline of the caller that began it (rueidis shares one dial per
+// connection; CI saw /readyz's 400 ms ping outlive 700 ms this way).
+// DialWithin bounds every set-up, so the wait is at most its timeout, not
+// rueidis's default of 5 s.
+func TestCallBesideARedial(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	const bound = 300 * time.Millisecond
+	c, err := stockgate.DialWithin(rs.URL, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rs.Pause()
+	defer rs.Resume()
+	ping := func(d time.Duration) time.Duration {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		start := time.Now()
+		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err == nil {
+			t.Error("PING answered by a stopped Redis")
+		}
+		return time.Since(start)
+	}
+	for i := range 5 {
+		ping(20 * time.Millisecond) // alone: it times out and closes its connection
+		done := make(chan struct{})
+		go func() { defer close(done); ping(30 * time.Second) }() // sets it up again
+		time.Sleep(20 * time.Millisecond)
+		// Twice the bound plus slack for a loaded machine; without the
+		// bound this waits the 5 s default.
+		if took := ping(100 * time.Millisecond); took > 2*bound+time.Second {
+			t.Fatalf("round %d: a 100ms PING beside a redial took %v; want at most the dial bound %v (plus slack)", i, took, bound)
+		}
+		<-done
+	}
 }

@@ -206,6 +206,28 @@ func Dial(url string) (rueidis.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
 	}
+	return dial(opt)
+}
+
+// DialWithin is Dial with connections set up (TCP and handshake) within
+// timeout, unless the URL names its own dial_timeout. Give it the gate's
+// call deadline (FLASHSALE_REDIS_TIMEOUT): while a connection is set up
+// again, every call that picks it waits for that set-up under the deadline
+// of the caller that began it, whatever its own (rueidis shares one dial
+// per connection), so a dial allowed rueidis's default 5 s would hold
+// purchases and /readyz past their deadlines while Redis hangs.
+func DialWithin(url string, timeout time.Duration) (rueidis.Client, error) {
+	opt, err := ClientOption(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	if !strings.Contains(url, "dial_timeout=") && timeout > 0 {
+		opt.Dialer.Timeout = timeout
+	}
+	return dial(opt)
+}
+
+func dial(opt rueidis.ClientOption) (rueidis.Client, error) {
 	addrs := strings.Join(opt.InitAddress, ",")
 	notCluster := fmt.Errorf("redis url names %d addresses (%s) but they are not a Redis Cluster: "+
 		"name one server, or the nodes of a cluster", len(opt.InitAddress), addrs)
