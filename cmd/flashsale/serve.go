@@ -302,6 +302,12 @@ func retentionEvery(retention time.Duration) time.Duration {
 	return min(time.Minute, max(retention/2, 100*time.Millisecond))
 }
 
+// minDialTimeout is the least time a Redis connection is given to be set
+// up (TCP and handshake), whatever FLASHSALE_REDIS_TIMEOUT: a busy machine
+// can take longer than a short call deadline to handshake, and a bound
+// that fails every set-up would keep the gate from reconnecting at all.
+const minDialTimeout = time.Second
+
 // openStores connects to the database and Redis.
 func (a *app) openStores(ctx context.Context) (err error) {
 	if err = checkDatabaseURL(a.cfg.DatabaseURL); err != nil {
@@ -314,7 +320,7 @@ func (a *app) openStores(ctx context.Context) (err error) {
 	if _, err = stockgate.ClientOption(a.cfg.RedisURL); err != nil {
 		return fmt.Errorf("redis-url: %q: %s; use redis://[:password@]host:6379/0, rediss:// for TLS, or redis://node1:6379?addr=node2:6379 for a Redis Cluster", hidePassword(a.cfg.RedisURL), innermost(err))
 	}
-	if a.redis, err = stockgate.DialWithin(a.cfg.RedisURL, a.cfg.RedisTimeout); err != nil {
+	if a.redis, err = stockgate.DialWithin(a.cfg.RedisURL, max(a.cfg.RedisTimeout, minDialTimeout)); err != nil {
 		if strings.Contains(err.Error(), "not a Redis Cluster") {
 			return err
 		}
