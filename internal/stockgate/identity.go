@@ -201,18 +201,12 @@ const TopologyRefresh = time.Second
 // Cluster (rueidis falls back to one plain server when cluster support is
 // disabled, which would leave the other addresses silently unused). Errors
 // name the addresses tried.
-func Dial(url string) (rueidis.Client, error) {
-	opt, err := ClientOption(url)
-	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
-	}
-	return dial(opt)
-}
+func Dial(url string) (rueidis.Client, error) { return DialWithin(url, 0) }
 
 // DialWithin is Dial with connections set up (TCP and handshake) within
-// timeout, unless the URL names its own dial_timeout. Give it the gate's
-// call deadline (FLASHSALE_REDIS_TIMEOUT): while a connection is set up
-// again, every call that picks it waits for that set-up under the deadline
+// timeout (0: rueidis's default, 5 s), unless the URL names its own
+// dial_timeout. Give it the gate's call deadline (FLASHSALE_REDIS_TIMEOUT):
+// while a connection is set up again, every call that picks it waits for that set-up under the deadline
 // of the caller that began it, whatever its own (rueidis shares one dial
 // per connection), so a dial allowed rueidis's default 5 s would hold
 // purchases and /readyz past their deadlines while Redis hangs.
@@ -224,10 +218,6 @@ func DialWithin(url string, timeout time.Duration) (rueidis.Client, error) {
 	if !strings.Contains(url, "dial_timeout=") && timeout > 0 {
 		opt.Dialer.Timeout = timeout
 	}
-	return dial(opt)
-}
-
-func dial(opt rueidis.ClientOption) (rueidis.Client, error) {
 	addrs := strings.Join(opt.InitAddress, ",")
 	notCluster := fmt.Errorf("redis url names %d addresses (%s) but they are not a Redis Cluster: "+
 		"name one server, or the nodes of a cluster", len(opt.InitAddress), addrs)
