@@ -19,20 +19,33 @@ import (
 // waits until the replica's link is up.
 func primaryWithReplica(t *testing.T) (primary, replica *testenv.RedisServer) {
 	t.Helper()
-	primary = testenv.StartRedis(t)
+	primary = testenv.StartRedis(t, "--repl-diskless-sync-delay", "0") // a replica's first sync at once, not after 5 s
 	host, port, _ := strings.Cut(primary.Addr, ":")
 	replica = testenv.StartRedis(t, "--replicaof", host, port)
-	rc := testenv.RedisClient(t, replica.URL)
+	waitReplicating(t, testenv.RedisClient(t, primary.URL))
+	return primary, replica
+}
+
+// waitReplicating waits until a write on the primary reaches a replica and
+// is acknowledged (WAIT), the condition a transfer's halves wait on. The
+// replica's own "master_link_status:up" comes first: the primary lists a
+// replica (ROLE, which the gate reads to decide whether a transfer waits)
+// only once its server cron has seen the sync end, and after a diskless
+// sync it streams writes only from the replica's first REPLCONF ACK, sent
+// once a second; a replica paused and resumed catches up from a backlog.
+func waitReplicating(t *testing.T, c rueidis.Client) {
+	t.Helper()
+	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		info, err := rc.Do(context.Background(), rc.B().Info().Section("replication").Build()).ToString()
-		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return primary, replica
+		rs := c.DoMulti(ctx, c.B().Incr().Key("fo:replicating").Build(), c.B().Wait().Numreplicas(1).Timeout(1000).Build())
+		n, err := rs[1].AsInt64()
+		if err == nil && n >= 1 {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("replica link not up: %v\n%s", err, info)
+			t.Fatalf("no replica acknowledged a write within 20 s (WAIT: %d %v)", n, err)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -49,7 +62,9 @@ func TestTransferHalfLostInFailover(t *testing.T) {
 	primary, replica := primaryWithReplica(t)
 	c := testenv.RedisClient(t, primary.URL)
 	g := stockgate.New(c, "fo")
-	g.SetTransferWait(50 * time.Millisecond)
+	// Long enough for a replica that keeps up to acknowledge on a busy
+	// machine; a paused one makes a transfer wait this long.
+	g.SetTransferWait(time.Second)
 	ctx := context.Background()
 	const k, stock = 2, 10
 	for _, tc := range []struct {
@@ -65,6 +80,8 @@ func TestTransferHalfLostInFailover(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sku := strings.ReplaceAll(tc.name, " ", "-")
+			// The replica caught up after the last case's pause.
+			waitReplicating(t, c)
 			seedSplit(t, g, sku, k, stock, 5) // 5 + 5
 			names := stockgate.BucketNames(sku, k)
 			bs, err := g.ReadBuckets(ctx, names, false)
