@@ -3,8 +3,11 @@ package orderqueue_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flashsale/flashsale/internal/orderqueue"
 )
@@ -73,4 +76,47 @@ func TestEmbeddedRefusesASharedDataDir(t *testing.T) {
 		t.Fatalf("start after the first shut down: %v", err)
 	}
 	again.Shutdown()
+}
+
+// TestEmbeddedRestartsOnlyForWriteErrors: the watcher restarts the server
+// for a stream's store write error, the failure it exists for, and for
+// nothing else the server's health check reports. A stream whose directory
+// is on disk but not (yet) open reads as "could not be recovered": that is
+// what the check sees while a stream is being created, a window that a
+// loaded machine widens; a restart then would fail the creation it
+// interrupts (the instance's start, "event stream: context deadline
+// exceeded"). Here the directory stays, so the watcher sees it every tick.
+func TestEmbeddedRestartsOnlyForWriteErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	e, err := orderqueue.StartEmbedded(dir, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	nc, err := e.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	q, err := orderqueue.Open(context.Background(), nc, orderqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams, err := filepath.Glob(filepath.Join(dir, "nats", "jetstream", "*", "streams"))
+	if err != nil || len(streams) != 1 {
+		t.Fatalf("the store's streams directory: %v %v", streams, err)
+	}
+	if err := os.MkdirAll(filepath.Join(streams[0], "HALF_CREATED"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Several of the watcher's ticks.
+	time.Sleep(6 * orderqueue.HealthEvery)
+	if n := e.Restarts(); n != 0 {
+		t.Errorf("the watcher restarted the server %d times for a stream that is not open", n)
+	}
+	if err := e.Health(); err != nil {
+		t.Errorf("health %v, want nil: every open stream can store", err)
+	}
+	publishAll(t, q, message(resv("k", 1)))
 }
