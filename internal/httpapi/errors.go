@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +54,10 @@ var errorCodes = []struct {
 	{errNoDeadLetter, http.StatusNotFound, "dead_letter_not_found", "There is no dead letter with this sequence number."},
 	{sale.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "The service is temporarily unavailable; retry shortly."},
 	{sale.ErrNotWarmed, http.StatusServiceUnavailable, "unavailable", "The service is temporarily unavailable; retry shortly."},
+	// Last, so that a more specific error wrapped beside it wins: the work
+	// ran out of its time (the request's deadline passed in a database or
+	// Redis call), which a retry may finish; never a fault of the service.
+	{context.DeadlineExceeded, http.StatusServiceUnavailable, "unavailable", "The service is temporarily unavailable; retry shortly."},
 }
 
 // internalMessage is the message of 500 internal.
