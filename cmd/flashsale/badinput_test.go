@@ -91,6 +91,7 @@ func lyingAlg(secret, alg, claims string) string {
 // TestBadInputChangesNothing: every kind of bad request gets its 4xx with a
 // machine-readable code, and leaves Redis and PostgreSQL exactly as they were.
 func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("s", 5, 2)
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
@@ -216,6 +217,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 // TestIdempotencyKey: a retry with the same key returns the same order and
 // takes nothing more.
 func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("s", 10, 5)
 	first := h.buy("carol", "s", 2, "checkout-42")

@@ -113,6 +113,7 @@ func breakerOutage(t *testing.T, fault func(*testenv.RedisServer), heal func(*te
 // first, and the breaker opens within 2 s with the defaults.
 func TestBreakerOpensOnHungRedis(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	breakerOutage(t, (*testenv.RedisServer).Pause, (*testenv.RedisServer).Resume)
 }
 
@@ -121,5 +122,6 @@ func TestBreakerOpensOnHungRedis(t *testing.T) {
 // rebuild before it closes re-seeds Redis from the database.
 func TestBreakerOpensOnDeadRedis(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	breakerOutage(t, (*testenv.RedisServer).Kill, (*testenv.RedisServer).Restart)
 }

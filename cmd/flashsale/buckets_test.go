@@ -20,6 +20,7 @@ import (
 // sell again; the sale is re-split to 2 once idle; every invariant holds in
 // the database and Redis after each phase.
 func TestSplitSaleEndToEnd(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	admin := "Authorization: Bearer " + testAdmin
 	for _, body := range []string{`{"stock":30,"per_user_limit":1,"buckets":0}`, `{"stock":30,"per_user_limit":1,"buckets":65}`} {

@@ -56,6 +56,7 @@ func debtScenario(t *testing.T, reload func(h *harness)) {
 // TestWarmupKeepsDebt: debtScenario with a warm-up through the admin API.
 func TestWarmupKeepsDebt(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	debtScenario(t, func(h *harness) {
 		if r := h.do(http.MethodPost, "/admin/v1/skus/dec/warmup", "", "Authorization: Bearer "+testAdmin); r.Status != http.StatusOK {
 			t.Fatalf("warmup: %d %s", r.Status, r.Raw)
@@ -69,6 +70,7 @@ func TestWarmupKeepsDebt(t *testing.T) {
 // this scenario; the serve's syncer would also ask the stream.
 func TestRebuildKeepsDebt(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	debtScenario(t, func(h *harness) {
 		s := reconcile.NewSyncer(h.a.store, h.a.gate, nil, slog.New(slog.DiscardHandler))
 		if _, err := s.Rebuild(context.Background(), "dec"); err != nil {

@@ -12,6 +12,7 @@ import (
 // already in rel: restore.lua skips them as "already applied" and the
 // restorer deletes the row. (On PostgreSQL TRUNCATE keeps the sequence.)
 func TestExternalChangesAfterAuditTruncate(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	h.mustPutSKU("trunc", 10, 1)
 	ctx := context.Background()

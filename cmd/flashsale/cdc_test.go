@@ -91,6 +91,7 @@ func waitAvailable(t *testing.T, a *app, sku string, want int64, within time.Dur
 // external_change, and flashsale's own changes are not.
 func TestExternalRestockDuringSale(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	h.mustPutSKU("erp", 100, 1)
 	stop := make(chan struct{})
@@ -162,6 +163,7 @@ func decrementWithReservationsInFlight(t *testing.T) (*harness, *testenv.NATSSer
 // instead of re-selling units that no longer exist. Idle: Redis = database = 0.
 func TestExternalDecrementWithReservationsInFlight(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	h, ns, ids := decrementWithReservationsInFlight(t)
 	if r := h.buy("late", "dec", 1, ""); r.Status == http.StatusAccepted {
 		t.Fatalf("a unit was sold while redis owed 7: %s", r.Raw)
@@ -189,6 +191,7 @@ func TestExternalDecrementWithReservationsInFlight(t *testing.T) {
 // no double application (Redis = database, from both stores' own records).
 func TestExternalChangesAcrossKill(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	env := procEnv(t)
 	env["FLASHSALE_FAILPOINTS"] = failpoint.RestoreAfterRedisBeforeDone + "=exit"
 	p := startProc(t, env)

@@ -37,6 +37,7 @@ func helpFlags(t *testing.T, env map[string]string, cmd ...string) ([]string, st
 // TestSubcommandFlags: a subcommand that uses a few settings lists only
 // those; serve and demo (which run the service) list every one.
 func TestSubcommandFlags(t *testing.T) {
+	t.Parallel()
 	for cmd, want := range map[string][]string{
 		"token":     {"ttl", "user", "user-token-secret"},
 		"migrate":   {"database-url", "log-format", "log-level"},
@@ -65,6 +66,7 @@ func TestSubcommandFlags(t *testing.T) {
 // TestSubcommandSettingsFromEnv: a setting a subcommand does not list as a
 // flag still comes from its environment variable (token signs with it).
 func TestSubcommandSettingsFromEnv(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	env := map[string]string{"FLASHSALE_USER_TOKEN_SECRET": "env-secret"}
 	if err := run(context.Background(), []string{"token", "-user", "bob"}, func(k string) string { return env[k] }, &out, &out); err != nil {
@@ -84,6 +86,7 @@ func TestSubcommandSettingsFromEnv(t *testing.T) {
 // subcommand's -h prints one (secrets say whether they are set; URLs show
 // xxxxx for their password).
 func TestHelpHidesSecrets(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{
 		"FLASHSALE_ADMIN_TOKEN":       "adm-s3cr3t1",
 		"FLASHSALE_USER_TOKEN_SECRET": "uts-s3cr3t2",
@@ -124,6 +127,7 @@ func TestHelpHidesSecrets(t *testing.T) {
 // TestExitCodes: the built binary exits 0 for -h, --help and version, 1 for
 // a bad flag or an unknown subcommand.
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	bin := binary(t)
 	for _, c := range []struct {
 		args []string
@@ -158,6 +162,7 @@ func TestExitCodes(t *testing.T) {
 // TestVersion: `flashsale version` names the module version, the commit
 // and the Go version ("devel"/"unknown" for a build without VCS stamping).
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(binary(t), "version").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -171,6 +176,7 @@ func TestVersion(t *testing.T) {
 // TestBuildInfoMetric: /metrics carries flashsale_build_info with the
 // running build's labels.
 func TestBuildInfoMetric(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	body := h.do(http.MethodGet, "/metrics", "").Raw
 	if v := metricValue(body, "flashsale_build_info", `goversion="`+runtime.Version()+`"`); v != 1 {

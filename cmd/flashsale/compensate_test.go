@@ -22,6 +22,7 @@ import (
 // to Redis exactly once, even when every message is delivered again.
 func TestRefusedCompensatedOnce(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("c", 10, 1)
 	ctx := context.Background()
@@ -95,6 +96,7 @@ func TestRefusedCompensatedOnce(t *testing.T) {
 // straight through the store, as another instance with an open breaker
 // would) is owed to Redis and taken there once: Redis and the database agree.
 func TestDirectSaleReachesRedis(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("ds", 10, 2)
 	ctx := context.Background()

@@ -165,6 +165,7 @@ func adminSKU(t *testing.T, r reply, total, sold, dbStock int) {
 // api/openapi.yaml, success and error paths, and validates each request
 // and response against the spec with kin-openapi.
 func TestOpenAPIContract(t *testing.T) {
+	t.Parallel()
 	const cbSecret = "contract-callback-secret"
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_PAYMENT_SECRET", cbSecret, "FLASHSALE_APPLY_BACKOFF", "50ms"))
 	c := newContract(t, h)
@@ -415,6 +416,7 @@ BEGIN IF NEW.user_id LIKE 'poison%' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEX
 // configuration: the admin API and the payment callback switched off (403),
 // and the instance's rate limit (429, Retry-After).
 func TestOpenAPIContractRefusals(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_ADMIN_TOKEN", "", "FLASHSALE_PAYMENT_SECRET", "",
 		"FLASHSALE_RATE_LIMIT_INSTANCE", "0.001", "FLASHSALE_RATE_LIMIT_INSTANCE_BURST", "1"))
 	c := newContract(t, h)

@@ -32,6 +32,7 @@ import (
 // saves a screenshot of the page during it (docs/dashboard.png).
 func TestDashboard(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	chrome := chromiumPath(t)
 	cfg := testConfig(t, "external", "FLASHSALE_APPLY_BACKOFF", "50ms", "FLASHSALE_MAX_DELIVER", "2")
 	// Redis through a proxy, to cut it off at the end.

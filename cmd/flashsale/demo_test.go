@@ -226,6 +226,7 @@ func TestDemoCommands(t *testing.T) {
 // TestDemoDrains: Ctrl-C while the demo serves is a clean stop that says
 // it is draining, then that it stopped.
 func TestDemoDrains(t *testing.T) {
+	t.Parallel()
 	redisURL, prefix := testenv.Redis(t)
 	args := []string{"demo", "-buyers", "4", "-stock", "2", "-concurrency", "2", "-drain-delay", "200ms",
 		"-http-addr", "127.0.0.1:0", "-data-dir", t.TempDir(),

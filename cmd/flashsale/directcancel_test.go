@@ -18,6 +18,7 @@ import (
 // restore.lua finds <id> already in rel and skips it. Redis never gets the
 // 2 units nor the buyer slot back.
 func TestDirectSaleThenCancelReachesRedis(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("dsc", 10, 2)
 	ctx := context.Background()

@@ -19,6 +19,7 @@ import (
 // (applied by the next instance), the invariants hold.
 func TestSIGTERMDrains(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	const drain = 2 * time.Second
 	env := procEnv(t)
 	env["FLASHSALE_DRAIN_DELAY"] = drain.String()

@@ -24,6 +24,7 @@ main "$@" 2>/dev/null`
 // PostgreSQL and Redis, and neither when the environment points flashsale at
 // its own; the default (make test, CI) ensures everything the tests use.
 func TestEnsureServicesModes(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		env  []string
 		args []string

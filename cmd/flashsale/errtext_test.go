@@ -20,6 +20,7 @@ import (
 // response shows any of it: the message is a fixed sentence per code (or
 // the client's own mistake in its terms), the detail goes to the log.
 func TestErrorsShowNoInternals(t *testing.T) {
+	t.Parallel()
 	dbURL, err := url.Parse(testenv.Database(t))
 	if err != nil {
 		t.Fatal(err)

@@ -73,6 +73,7 @@ func waitEvents(t *testing.T, natsURL string, want map[string]int) {
 // TestOrderEvents: created, paid and cancelled events, one per transition,
 // also when the publisher dies after publishing and before marking them.
 func TestOrderEvents(t *testing.T) {
+	t.Parallel()
 	env := procEnv(t)
 	env["FLASHSALE_FAILPOINTS"] = failpoint.EventsAfterPublishBeforeMark + "=exit"
 	p := startProc(t, env)

@@ -33,6 +33,7 @@ func checkSoldExactly(t *testing.T, h *harness, sku string, hs *history, total i
 // allocation is sold and every 202 is an order.
 func TestRedisRestartedEmpty(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	rs := testenv.StartRedis(t)
 	cfg := testConfig(t, "external",
 		"FLASHSALE_REDIS_URL", rs.URL, "FLASHSALE_REDIS_TIMEOUT", "300ms",
@@ -68,6 +69,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 // exactly the allocation is sold, no user over the limit.
 func TestRedisUnreachable(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	rs := testenv.StartRedis(t)
 	px := testenv.StartProxy(t, rs.Addr)
 	cfg := testConfig(t, "external",
@@ -110,6 +112,7 @@ func TestRedisUnreachable(t *testing.T) {
 // stock still reserved; listed; replayed once the fault is fixed and applied
 // exactly once. Another is discarded: recorded failed, units back once.
 func TestDeadLetterReplayAndDiscard(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_APPLY_BACKOFF", "50ms"))
 	h.mustPutSKU("d", 10, 1)
 	ctx := context.Background()
@@ -226,6 +229,7 @@ func settleLoose(t *testing.T, h *harness, sku string) invariant.Report {
 // the outbox drains; every 202 is exactly one order.
 func TestBrokerOutage(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	ns := testenv.StartNATS(t, "")
 	cfg := testConfig(t, "", "FLASHSALE_NATS_URL", ns.URL, "FLASHSALE_RELAY_GRACE", "500ms")
 	h := newHarness(t, cfg)
@@ -258,6 +262,7 @@ func TestBrokerOutage(t *testing.T) {
 // 202 is exactly one order; /readyz says degraded meanwhile.
 func TestDatabaseOutage(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	pg := testenv.StartDatabase(t)
 	cfg := testConfig(t, "external", "FLASHSALE_DATABASE_URL", pg.URL("flashsale"), "FLASHSALE_APPLY_BACKOFF", "200ms")
 	h := newHarness(t, cfg)
@@ -287,6 +292,7 @@ func TestDatabaseOutage(t *testing.T) {
 
 // TestDLQCommand drives the dlq subcommand against a running instance.
 func TestDLQCommand(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_APPLY_BACKOFF", "50ms", "FLASHSALE_MAX_DELIVER", "2"))
 	h.mustPutSKU("q", 5, 1)
 	if _, err := h.a.store.DB().ExecContext(context.Background(), `ALTER TABLE orders ADD CONSTRAINT no_mallory CHECK (user_id <> 'mallory' OR status = 'failed')`); err != nil {
@@ -338,6 +344,7 @@ func TestDLQCommand(t *testing.T) {
 // the allocation is sold.
 func TestRedisHangs(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	rs := testenv.StartRedis(t)
 	px := testenv.StartProxy(t, rs.Addr)
 	cfg := testConfig(t, "external",

@@ -110,6 +110,7 @@ func checkPromQL(t *testing.T, exprs []string) {
 // every panel, queries promtool parses, and no query naming a flashsale_* series the binary does not
 // export (a renamed metric would leave a chart empty without a word).
 func TestGrafanaDashboard(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../deploy/grafana/flashsale.json")
 	if err != nil {
 		t.Fatal(err)

@@ -148,9 +148,19 @@ func (h *harness) putSKU(sku, body string) reply {
 	return h.do(http.MethodPut, "/admin/v1/skus/"+sku, body, "Authorization: Bearer "+testAdmin)
 }
 
+// mustPutSKU creates or replaces a sale, sending the PUT again while it is
+// answered 503 (retry shortly: on a busy machine the sale's first load into
+// Redis can outlast the request's time), as an operator's client does; a
+// PUT is a replacement, safe to repeat.
 func (h *harness) mustPutSKU(sku string, stock, limit int) {
 	h.t.Helper()
-	r := h.putSKU(sku, fmt.Sprintf(`{"stock":%d,"per_user_limit":%d}`, stock, limit))
+	var r reply
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		r = h.putSKU(sku, fmt.Sprintf(`{"stock":%d,"per_user_limit":%d}`, stock, limit))
+		if r.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+	}
 	if r.Status != http.StatusCreated && r.Status != http.StatusOK {
 		h.t.Fatalf("put sku: %d %s", r.Status, r.Raw)
 	}

@@ -75,6 +75,7 @@ func acceptInGate(t *testing.T, h *harness, sku, user, key string) string {
 // with its unit given back (settle checks the stock).
 func TestKeyAcrossTheFallback(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	rs := testenv.StartRedis(t)
 	px := testenv.StartProxy(t, rs.Addr)
 	cfg := testConfig(t, "external",
@@ -182,6 +183,7 @@ func retryKey(h *harness, user, sku, key string) reply {
 // order gets that order back, not 429 while its user is rate limited, and
 // not 503 while the sale is being loaded into Redis (fenced for a rebuild).
 func TestKeyRetryFindsItsOrder(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, "embedded", "FLASHSALE_RATE_LIMIT_USER", "0.2", "FLASHSALE_RATE_LIMIT_USER_BURST", "1")
 	h := newHarness(t, cfg)
 	h.mustPutSKU("k", 10, 2)
@@ -216,6 +218,7 @@ func TestKeyRetryFindsItsOrder(t *testing.T) {
 // sale's key reaches the gate (its debit records it), so b answers with the
 // order a sold, and no second order is made.
 func TestKeyFallbackThenAnotherInstance(t *testing.T) {
+	t.Parallel()
 	rs := testenv.StartRedis(t)
 	px := testenv.StartProxy(t, rs.Addr)
 	cfgA := testConfig(t, "external",
@@ -283,6 +286,7 @@ func purchaseAccepted(r reply) bool {
 // 200 with the order (as GET shows it) once the database has it: pending
 // payment, paid (with its payment_ref), cancelled. Nothing more is taken.
 func TestKeyRetryAnswersTheOrdersState(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_RELAY_GRACE", "30s", "FLASHSALE_STREAM_ACK_TIMEOUT", "0s"))
 	h.mustPutSKU("r", 10, 2)
 	h.mustPutSKU("rq", 10, 2)

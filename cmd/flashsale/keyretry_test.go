@@ -18,6 +18,7 @@ import (
 // reaches the database, its owner reads it, and the next retry gets it.
 func TestKeyRetryThenRedisLost(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	rs := testenv.StartRedis(t)
 	env := procEnv(t)
 	env["FLASHSALE_REDIS_URL"] = rs.URL

@@ -152,6 +152,7 @@ func procClient(t *testing.T, url string) *harness {
 // restart every accepted reservation becomes exactly one order.
 func TestKillBetweenGateAndStream(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	env := procEnv(t)
 	env["FLASHSALE_FAILPOINTS"] = failpoint.AfterGateBeforeRelay + "=hang"
 	p := startProc(t, env)
@@ -194,6 +195,7 @@ func TestKillBetweenGateAndStream(t *testing.T) {
 // get the order they had made, if any.
 func TestKillAfterCommitBeforeAck(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	env := procEnv(t)
 	env["FLASHSALE_FAILPOINTS"] = failpoint.ConsumerAfterCommitBeforeAck + "=exit"
 	p := startProc(t, env)

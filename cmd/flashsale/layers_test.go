@@ -13,6 +13,7 @@ import (
 // runner, the demo, the change notices, the dashboard) is imported by cmd
 // alone.
 func TestLayers(t *testing.T) {
+	t.Parallel()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go command on the PATH")

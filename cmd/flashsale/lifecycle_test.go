@@ -22,6 +22,7 @@ import (
 // exactly as many as were released.
 func TestPayRacesTimeout(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_PAYMENT_TIMEOUT", "2s", "FLASHSALE_SWEEP_EVERY", "300ms"))
 	const n = 1000
 	h.mustPutSKU("pay", n, 1)
@@ -170,6 +171,7 @@ FROM orders o WHERE o.order_id = ?`), id).Scan(&status, &reason, &cancelledAt, &
 // another user cannot cancel or pay it; paying a cancelled order is 409.
 func TestCancelAndQueuedCancel(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	ns := testenv.StartNATS(t, "")
 	h := newHarness(t, testConfig(t, "", "FLASHSALE_NATS_URL", ns.URL, "FLASHSALE_PAYMENT_SECRET", "psecret"))
 	h.mustPutSKU("cx", 5, 2)
@@ -231,6 +233,7 @@ func TestCancelAndQueuedCancel(t *testing.T) {
 // a restart Redis gets them back, once.
 func TestKillBetweenReleaseAndRestore(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	env := procEnv(t)
 	env["FLASHSALE_FAILPOINTS"] = failpoint.ReleaseAfterStatusBeforeRestock + "=exit"
 	p := startProc(t, env)
@@ -276,6 +279,7 @@ func TestKillBetweenReleaseAndRestore(t *testing.T) {
 // the timer has not released yet cannot be paid: 409 order_expired, and the
 // sweeper then releases it as usual, its units back once.
 func TestPayAfterDeadline(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_SWEEP_EVERY", "1h"))
 	h.mustPutSKU("pd", 5, 1)
 	auth := "Authorization: Bearer " + userToken(t, "dan")

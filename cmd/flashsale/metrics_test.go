@@ -23,6 +23,7 @@ func metricValue(body, metric, labels string) float64 {
 // TestMetricsMove: the metrics the operators' alerts and dashboards use
 // exist and move during a sale.
 func TestMetricsMove(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("m", 50, 1)
 	before := h.do(http.MethodGet, "/metrics", "").Raw

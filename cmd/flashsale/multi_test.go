@@ -12,6 +12,7 @@ import (
 // TestTwoInstances: two serve instances share PostgreSQL, Redis and an
 // external JetStream; buyers are spread over both; the sale stays exact.
 func TestTwoInstances(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, "external")
 	a, b := newHarness(t, cfg), newHarness(t, cfg)
 	a.mustPutSKU("shared", 60, 1)
@@ -52,6 +53,7 @@ func TestTwoInstances(t *testing.T) {
 // buyers are buying; in the end exactly the final allocation is sold, and a
 // reduction never takes a unit already promised to a buyer.
 func TestRestockDuringSale(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("live", 100, 1)
 	var mu sync.Mutex
@@ -107,6 +109,7 @@ func TestRestockDuringSale(t *testing.T) {
 // beyond the unsold units is refused and changes nothing; warm-up of an idle
 // sale changes nothing.
 func TestAdminStockChanges(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("a", 10, 5)
 	var accepted []string

@@ -15,6 +15,7 @@ import (
 // accepted, applied and checked.
 func TestServeNATSCluster(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	nc := testenv.StartNATSCluster(t, 3)
 	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_NATS_URL", nc.URL, "FLASHSALE_NATS_REPLICAS", "3"))
 	const sku = "NC"

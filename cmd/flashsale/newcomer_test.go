@@ -33,6 +33,7 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (string, error)
 // of the environment variable's message and where the flags are, not the
 // whole help.
 func TestBadFlagSaysOneThing(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		env  map[string]string
@@ -68,6 +69,7 @@ func TestBadFlagSaysOneThing(t *testing.T) {
 // TestBadArgumentsSayWhy: subcommands given arguments they do not take, or
 // a setting they refuse, say why in one line (no help dump).
 func TestBadArgumentsSayWhy(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -97,6 +99,7 @@ func TestBadArgumentsSayWhy(t *testing.T) {
 // TestAdminCommandsNeedTheToken: reconcile and dlq without an admin token
 // say so and send nothing.
 func TestAdminCommandsNeedTheToken(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
 	defer srv.Close()
@@ -120,6 +123,7 @@ func TestAdminCommandsNeedTheToken(t *testing.T) {
 // database URL, nothing listening, a refused user) name the setting to
 // check, show no password and no Go package.
 func TestStartErrorsSayWhatToCheck(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		url  string
 		want string
@@ -160,6 +164,7 @@ func TestStartErrorsSayWhatToCheck(t *testing.T) {
 // TestRedisVersionCheck: versions before 7.0 (no SET ... NX GET) are
 // refused.
 func TestRedisVersionCheck(t *testing.T) {
+	t.Parallel()
 	for v, want := range map[string]bool{"7.0.0": true, "7.2.4": true, "8.0.1": true, "10.0": true, "6.2.14": false, "6.0": false, "": false, "x.y": false} {
 		if got := redisVersionAtLeast(v, minRedis); got != want {
 			t.Errorf("redisVersionAtLeast(%q) = %v, want %v", v, got, want)
@@ -172,6 +177,7 @@ func TestRedisVersionCheck(t *testing.T) {
 // net/http's own limit lets through) 431 in JSON with its code, closing
 // the connection.
 func TestHeaderLimit(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -221,6 +227,7 @@ func TestHeaderLimit(t *testing.T) {
 // correctly signed token past its exp, invalid_token "not valid" for
 // anything else (a forged or garbled token learns nothing more).
 func TestUnauthorizedSaysWhy(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	expired, err := httpapi.Sign(testSecret, "eve", -time.Hour)
 	if err != nil {

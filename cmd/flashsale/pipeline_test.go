@@ -14,6 +14,7 @@ import (
 // HTTP, Redis, JetStream and PostgreSQL.
 func TestConcurrentBuyers(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	cases := []struct {
 		name         string
 		nats         string

@@ -16,6 +16,7 @@ func runPlanArgs(args ...string) (string, string, error) {
 }
 
 func TestPlanCommand(t *testing.T) {
+	t.Parallel()
 	out, _, err := runPlanArgs()
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +55,7 @@ func TestPlanCommand(t *testing.T) {
 }
 
 func TestPlanBadFlags(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	garbage := filepath.Join(dir, "garbage.json")
 	empty := filepath.Join(dir, "empty.json")

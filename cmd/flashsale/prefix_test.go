@@ -18,6 +18,7 @@ import (
 // Instances of the same database share the prefix.
 func TestPrefixBelongsToOneDatabase(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	cfgA := testConfig(t, "external")
 	h := newHarness(t, cfgA)
 	h.mustPutSKU("own", 50, 2)

@@ -119,6 +119,7 @@ func isScript(line string) bool {
 // gate (a script call) never runs for them. Counted on a private
 // redis-server with INFO commandstats.
 func TestJunkNeverReachesGate(t *testing.T) {
+	t.Parallel()
 	rs := testenv.StartRedis(t)
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_REDIS_URL", rs.URL, "FLASHSALE_SOLD_OUT_TTL", "1h"))
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
@@ -223,6 +224,7 @@ func TestJunkNeverReachesGate(t *testing.T) {
 // whole stock; no honest buyer is limited and every invariant holds.
 func TestFloodIsLimited(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	const stock, buyers = 400, 2000
 	h := newHarness(t, testConfig(t, "external",
 		"FLASHSALE_TRUSTED_PROXIES", "127.0.0.1/32, ::1",
@@ -388,6 +390,7 @@ func TestFloodIsLimited(t *testing.T) {
 // only the notice can clear the flag).
 func TestReleasedUnitSoldAgain(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	cfg := testConfig(t, "external", "FLASHSALE_SOLD_OUT_TTL", "1h", "FLASHSALE_CATALOG_REFRESH", "1h")
 	a, b := newHarness(t, cfg), newHarness(t, cfg)
 	a.mustPutSKU("one", 1, 1)
@@ -447,6 +450,7 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
 // TestOthersOrdersInvisible: a user cannot read, pay or cancel another
 // user's order; the answer is the same as for an order that does not exist.
 func TestOthersOrdersInvisible(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("s", 5, 1)
 	r := h.buy("alice", "s", 1, "")
@@ -480,6 +484,7 @@ func TestOthersOrdersInvisible(t *testing.T) {
 // client that dribbles its headers, refuses oversized headers with 431, and
 // keeps serving others meanwhile.
 func TestSlowClientsCut(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits for the 5s header timeout")
 	}
@@ -576,6 +581,7 @@ func TestSlowClientsCut(t *testing.T) {
 // ignored. The settings are checked at start.
 func TestTrustedGatewayMode(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	body := `{"sku_id":"g","quantity":1}`
 	trusted := newHarness(t, testConfig(t, "external",
 		"FLASHSALE_TRUSTED_PROXIES", "127.0.0.1", "FLASHSALE_TRUSTED_GATEWAY_HEADER", "X-User-Id"))

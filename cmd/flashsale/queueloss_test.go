@@ -23,6 +23,7 @@ import (
 // from Redis; a committed one is recognised by the database and closed.
 func TestKillWithBacklogLosesStore(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	for _, tc := range []struct{ name, failpoint string }{
 		{"before commit", failpoint.ConsumerBeforeCommit + "=hang"},
 		{"after commit before ack", failpoint.ConsumerAfterCommitBeforeAck + "=exit"},
@@ -161,6 +162,7 @@ func (n *natsOn) stop() {
 // those applied before, those that waited in the outbox, those after.
 func TestBrokerRestartedEmpty(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	ns := newNATSOn(t)
 	ns.start(true)
 	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_NATS_URL", ns.url(), "FLASHSALE_INFLIGHT_REPUBLISH_AFTER", "2s"))
@@ -220,6 +222,7 @@ func waitReady(t *testing.T, h *harness, status int, reason string, within time.
 // must deliver them after the restart).
 func TestRetentionShorterThanOutage(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	env := procEnv(t)
 	env["FLASHSALE_STREAM_RETENTION"] = "1s"
 	env["FLASHSALE_INFLIGHT_REPUBLISH_AFTER"] = "10m"

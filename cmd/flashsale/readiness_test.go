@@ -22,6 +22,7 @@ import (
 // while purchases were accepted.
 func TestReadyWhileDatabaseSlotsExhausted(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	db := testenv.StartDatabase(t)
 	testenv.LimitConnections(t, db, 30)
 	cfg := testConfig(t, "embedded", "FLASHSALE_DATABASE_URL", db.URL("flashsale"),
@@ -65,6 +66,7 @@ func TestReadyWhileDatabaseSlotsExhausted(t *testing.T) {
 // switched to it while running takes the instance out of /readyz (unready,
 // with the reason) until it is set back to noeviction.
 func TestEvictingRedisRefused(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	evicting := testenv.StartRedis(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
 	cfg := testConfig(t, "embedded", "FLASHSALE_REDIS_URL", evicting.URL)
@@ -100,6 +102,7 @@ func TestEvictingRedisRefused(t *testing.T) {
 // sells), not 503 because the purchases check waited for the hung PING as
 // long as /readyz itself did.
 func TestReadyWhileRedisHangs(t *testing.T) {
+	t.Parallel()
 	rs := testenv.StartRedis(t)
 	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_REDIS_URL", rs.URL))
 	waitReady(t, h, http.StatusOK, `"status":"ok"`, 10*time.Second)

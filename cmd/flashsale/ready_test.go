@@ -11,6 +11,7 @@ import (
 // call ignores its context (as a rueidis call does while it waits for a
 // connection another caller is setting up), and passes a prompt result on.
 func TestWithinReturnsByItsBound(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	defer close(release)
 	start := time.Now()

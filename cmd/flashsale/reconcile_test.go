@@ -16,6 +16,7 @@ import (
 // while idle is detected; after the second pass a small one is corrected
 // (with an audit row) and a large one is alerted (webhook, metric) and left.
 func TestReconcileDrift(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var alerts []map[string]any
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -126,6 +127,7 @@ func TestReconcileDrift(t *testing.T) {
 // 2,000-buyer sale never causes oversell, and finds nothing to correct.
 func TestReconcileDuringSale(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external", "FLASHSALE_RECONCILE_EVERY", "100ms"))
 	h.mustPutSKU("rs", 300, 1)
 	hs := runBuyers(t, h, "rs", 2000, 2000, 64)

@@ -41,6 +41,7 @@ func (w countingLog) Write(p []byte) (int, error) {
 // failover is one rebuild; purchases go on and every invariant holds.
 func TestServeRedisCluster(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	rc := testenv.StartRedisCluster(t)
 	cfg := testConfig(t, "embedded", "FLASHSALE_REDIS_URL", rc.URL, "FLASHSALE_REDIS_MONITOR_EVERY", "200ms")
 	// A rebuild that fails (right after a failover the cluster's view may

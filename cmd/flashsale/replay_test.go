@@ -19,6 +19,7 @@ import (
 // under a new message id (so the broker cannot de-duplicate it), and then the
 // whole stream replayed from the start through the consumer, change nothing.
 func TestDuplicatesAndReplayApplyOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "external"))
 	h.mustPutSKU("r", 30, 2)
 	var accepted []string

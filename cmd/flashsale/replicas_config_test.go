@@ -9,6 +9,7 @@ import (
 // TestNATSReplicasSetting: FLASHSALE_NATS_REPLICAS defaults to 1 and a
 // value JetStream cannot take fails at start with a clear message.
 func TestNATSReplicasSetting(t *testing.T) {
+	t.Parallel()
 	parse := func(env map[string]string) (config, error) {
 		return parseConfig("serve", nil, func(k string) string { return env[k] }, io.Discard, nil)
 	}

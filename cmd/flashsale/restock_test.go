@@ -15,6 +15,7 @@ import (
 // restock is lost or doubled: the allocation ends exactly at the start plus
 // the deltas, and every invariant holds in the database and Redis.
 func TestRestockAndPatchRaceStayExact(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	const start, restockers, each = 20, 4, 5
 	h.mustPutSKU("rs", start, 1)

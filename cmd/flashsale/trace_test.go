@@ -50,6 +50,7 @@ func attr(s tracetest.SpanStub, key string) string {
 // trace id. A reservation published without trace context (an older
 // instance's, or one republished from Redis) is applied all the same.
 func TestTracingPurchase(t *testing.T) {
+	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	cfg := testConfig(t, "embedded", "FLASHSALE_STREAM_ACK_TIMEOUT", "2s",
 		"FLASHSALE_LOG_FORMAT", "json", "FLASHSALE_LOG_LEVEL", "debug")
@@ -198,6 +199,7 @@ func logLineWith(logs, msg, id string) bool {
 // TestTracingOffByDefault: without a setting no tracer is made and the log
 // handler is not wrapped.
 func TestTracingOffByDefault(t *testing.T) {
+	t.Parallel()
 	cfg, err := parseConfig("test", nil, func(string) string { return "" }, io.Discard, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -224,6 +226,7 @@ func TestTracingOffByDefault(t *testing.T) {
 // TestTracingBadSettings: each bad tracing or profiling setting is refused
 // with an error naming it.
 func TestTracingBadSettings(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		env  map[string]string
 		want string
@@ -246,6 +249,7 @@ func TestTracingBadSettings(t *testing.T) {
 // FLASHSALE_PPROF_ADDR is set, never on the API's listener, and they refuse
 // a request without the admin token.
 func TestPprofListener(t *testing.T) {
+	t.Parallel()
 	for _, on := range []bool{false, true} {
 		t.Run(fmt.Sprintf("on=%v", on), func(t *testing.T) {
 			env := map[string]string{
