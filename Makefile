@@ -39,23 +39,35 @@ build: ## Build bin/flashsale
 build-static: ## Build the release binary bin/flashsale as the Dockerfile does (static, trimmed, stripped: scripts/build-static.sh)
 	GO=$(GO) scripts/build-static.sh bin/flashsale
 
-# The race detector's runs; -p: packages run at once (go test's default is
-# the number of CPUs).
-RACE = $(GO) test -race -count=1 -timeout 20m $(TESTFLAGS)
+# The race detector's runs. TEST_PARALLEL is -parallel, how many tests
+# that call t.Parallel run at once in one package: most end-to-end tests
+# wait on their services far more than they compute, so more than the
+# number of CPUs (go test's default) keeps the two cores busy.
+TEST_PARALLEL ?= 8
+RACE = $(GO) test -race -count=1 -timeout 20m -parallel $(TEST_PARALLEL) $(TESTFLAGS)
 DB_PKGS   = $$(scripts/test-packages.sh db $(PKGS))
 NODB_PKGS = $$(scripts/test-packages.sh nodb $(PKGS))
 
-test: ## The test command: ensure services, alert rules, every test with -race (database-backed packages on PostgreSQL and on MariaDB, the others once), the CHAOS_SHORT fault scenarios, the short cluster test, the short upgrade test (previous release beside this one); a summary of every stage at the end
+test: ## The test command, and all that CI runs: ensure services, then two lanes at once (lint, alert rules, the tests without a database, fuzzing, every benchmark once, the short fault suite on both databases, the short cluster test | the database-backed tests on PostgreSQL then MariaDB, the short upgrade test); a summary of every stage at the end
 	@scripts/stages.sh \
 		services       'scripts/ensure-services.sh' \
+		--lane \
+		lint           '$(MAKE) --no-print-directory lint' \
 		alerts         '$(MAKE) --no-print-directory alerts' \
 		nodb           '$(MAKE) --no-print-directory test-nodb' \
-		postgres       '$(MAKE) --no-print-directory test-postgres' \
-		mysql          '$(MAKE) --no-print-directory test-mysql' \
+		fuzz           'FUZZCACHE=fresh $(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)' \
+		bench          '$(MAKE) --no-print-directory bench' \
 		chaos-postgres '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=postgres' \
 		chaos-mysql    '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=mysql' \
 		cluster-short  '$(MAKE) --no-print-directory test-cluster-short' \
+		--lane \
+		postgres       '$(MAKE) --no-print-directory test-postgres' \
+		mysql          '$(MAKE) --no-print-directory test-mysql' \
 		upgrade-short  '$(MAKE) --no-print-directory test-upgrade UPGRADE=short'
+
+# TEST_FUZZTIME is each fuzz target's budget in make test: a count, not a
+# duration (scripts/fuzz.sh says why).
+TEST_FUZZTIME ?= 50000x
 
 test-nodb: ## The packages whose tests use no database, with -race, once (scripts/test-packages.sh nodb)
 	FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(NODB_PKGS)
@@ -67,12 +79,16 @@ test-mysql: ## The database-backed packages with -race on MariaDB/MySQL (FLASHSA
 	FLASHSALE_TEST_DIALECT=mysql FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(DB_PKGS)
 
 CHAOS_DIALECTS ?= postgres mysql
+# CHAOS_PARALLEL: how many fault scenarios run at once (each has its own
+# processes; a scenario whose fault reaches the shared database server runs
+# alone).
+CHAOS_PARALLEL ?= 3
 
 test-chaos-short: ## The fault suite's CHAOS_SHORT scenarios (empty: none) on CHAOS_DIALECTS (PostgreSQL, then MariaDB)
 	@if [ -z "$(CHAOS_SHORT)" ]; then echo "CHAOS_SHORT is empty: no fault scenarios"; exit 0; fi; \
 	for d in $(CHAOS_DIALECTS); do \
 		FLASHSALE_CHAOS="$(CHAOS_SHORT)" FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
-			$(GO) test -count=1 -v -timeout 15m -run '^TestChaos$$' ./internal/chaos || exit 1; \
+			$(GO) test -count=1 -v -timeout 15m -parallel $(CHAOS_PARALLEL) -run '^TestChaos$$' ./internal/chaos || exit 1; \
 	done
 
 test-cluster-short: ## The cluster test, short (1.5 to 2.5 min): Redis Cluster, NATS cluster, 3 instances behind HAProxy, 4 faults; on CLUSTER_SHORT_DIALECTS (needs root: a network namespace)
@@ -87,11 +103,13 @@ test-cluster: ## The cluster test, full (longer faults, more buyers), on CLUSTER
 			$(GO) test -count=1 -v -timeout 20m -run '^TestCluster$$' ./internal/cluster || exit 1; \
 	done
 
-# UPGRADE: full (3 instances) or short (2 instances, about 90 s a database).
+# UPGRADE: full (3 instances) or short (2 instances, about 50 s a database),
+# on UPGRADE_DIALECTS.
 UPGRADE ?= full
+UPGRADE_DIALECTS ?= postgres mysql
 .PHONY: test-upgrade
 test-upgrade: ## The previous release (release/previous, built from git) beside this tree behind HAProxy: upgraded one by one, rolled back one by one, invariants after each step; PostgreSQL then MariaDB (UPGRADE=short for CI's version)
-	@for d in postgres mysql; do \
+	@for d in $(UPGRADE_DIALECTS); do \
 		FLASHSALE_UPGRADE=$(UPGRADE) FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
 			$(GO) test -count=1 -v -timeout 15m -run '^TestUpgrade$$' ./internal/cluster || exit 1; \
 	done
@@ -99,7 +117,7 @@ test-upgrade: ## The previous release (release/previous, built from git) beside 
 chaos: ## The fault suite, every scenario (or CHAOS=name,name; docs/faults.md lists them), one table row per fault, on PostgreSQL then MariaDB
 	@status=0; for d in postgres mysql; do \
 		FLASHSALE_CHAOS="$(CHAOS)" FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
-			$(GO) test -count=1 -v -timeout 40m -run '^TestChaos$$' ./internal/chaos || status=1; \
+			$(GO) test -count=1 -v -timeout 40m -parallel $(CHAOS_PARALLEL) -run '^TestChaos$$' ./internal/chaos || status=1; \
 	done; exit $$status
 
 test-short: ## Quick tests (-short: slow end-to-end tests skip, and so do tests whose service is missing)

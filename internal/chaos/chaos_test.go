@@ -22,29 +22,34 @@ const (
 )
 
 // scenario is one fault: run injects it into a rig under load, heals, and
-// fills the result (finish does the common part).
+// fills the result (finish does the common part). A scenario runs beside
+// the others (each has its own Redis, database, JetStream and flashsale
+// processes) unless alone: its fault reaches past its own database to the
+// whole server the scenarios share.
 type scenario struct {
-	name string
-	run  func(r *rig)
+	name  string
+	run   func(r *rig)
+	alone bool
 }
 
 // scenarios is the suite, in the order it runs. docs/faults.md describes each.
 var scenarios = []scenario{
-	{"kill_before_relay", killBeforeRelay},
-	{"consumer_before_commit", consumerKilled(failpoint.ConsumerBeforeCommit)},
-	{"consumer_after_commit", consumerKilled(failpoint.ConsumerAfterCommitBeforeAck)},
-	{"redis_lost", redisLost},
-	{"redis_hung", redisHung},
-	{"redis_dead", redisDead},
-	{"queue_store_lost", queueStoreLost},
-	{"nats_restarted_empty", natsRestartedEmpty},
-	{"db_resets", dbResets},
-	{"db_read_only", dbReadOnly},
-	{"key_retry_fallback", keyRetryFallback},
-	{"key_retry_redis_lost", keyRetryRedisLost},
-	{"shared_prefix", sharedPrefix},
-	{"pay_races_expiry", payRacesExpiry},
-	{"js_disk_full", jsDiskFull},
+	{"kill_before_relay", killBeforeRelay, false},
+	{"consumer_before_commit", consumerKilled(failpoint.ConsumerBeforeCommit), false},
+	{"consumer_after_commit", consumerKilled(failpoint.ConsumerAfterCommitBeforeAck), false},
+	{"redis_lost", redisLost, false},
+	{"redis_hung", redisHung, false},
+	{"redis_dead", redisDead, false},
+	{"queue_store_lost", queueStoreLost, false},
+	{"nats_restarted_empty", natsRestartedEmpty, false},
+	{"db_resets", dbResets, false},
+	// MariaDB's read_only is a server setting (readonly_test.go).
+	{"db_read_only", dbReadOnly, true},
+	{"key_retry_fallback", keyRetryFallback, false},
+	{"key_retry_redis_lost", keyRetryRedisLost, false},
+	{"shared_prefix", sharedPrefix, false},
+	{"pay_races_expiry", payRacesExpiry, false},
+	{"js_disk_full", jsDiskFull, false},
 }
 
 // shortSet is the default of FLASHSALE_CHAOS=short: the scenarios CI runs.
@@ -101,13 +106,18 @@ func selection(t *testing.T) map[string]bool {
 	return sel
 }
 
-// TestChaos runs the selected scenarios one after another, each on its own
-// database, Redis and flashsale processes, and prints one row per scenario.
+// TestChaos runs the selected scenarios, each on its own database, Redis
+// and flashsale processes, up to -parallel of them at once (those marked
+// alone by themselves, before the others), and prints one row per scenario
+// once all have ended.
 func TestChaos(t *testing.T) {
 	sel := selection(t)
 	bins := Build(t)
 	db := testenv.StartDatabase(t)
 	var results []*result
+	// The table is printed after every scenario, parallel ones included,
+	// has ended: cleanups run after a test's subtests.
+	t.Cleanup(func() { report(results) })
 	for i, sc := range scenarios {
 		if !sel[sc.name] {
 			continue
@@ -115,6 +125,9 @@ func TestChaos(t *testing.T) {
 		res := &result{name: sc.name}
 		results = append(results, res)
 		t.Run(sc.name, func(t *testing.T) {
+			if !sc.alone {
+				t.Parallel()
+			}
 			r := newRig(t, bins, db, fmt.Sprintf("chaos_%d_%s", i, testenv.RandomName("")), res)
 			sc.run(r)
 			if !res.fired {
@@ -125,6 +138,10 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
+}
+
+// report prints the suite's table (and writes it to FLASHSALE_CHAOS_REPORT).
+func report(results []*result) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%-24s %8s %8s %7s %10s %10s  %s\n", "fault", "requests", "accepted", "orders", "violations", "recovery", "notes")
 	for _, res := range results {

@@ -63,7 +63,9 @@ func previousRelease(t *testing.T) (commit, bin string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	src := filepath.Join(dir, "src")
+	// The worktree's name (its base name) is unique: two upgrade tests at
+	// once (make test runs one per database) must not race for one name.
+	src := filepath.Join(dir, "src-"+filepath.Base(dir))
 	git := func(args ...string) {
 		t.Helper()
 		cmd := exec.Command("git", append([]string{"-C", root}, args...)...)
@@ -74,7 +76,9 @@ func previousRelease(t *testing.T) (commit, bin string) {
 	git("worktree", "add", "--detach", src, commit)
 	defer git("worktree", "remove", "--force", src)
 	bin = filepath.Join(dir, "flashsale-previous")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/flashsale")
+	// -trimpath: the build does not depend on the temporary directory, so
+	// the Go build cache serves the next run.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/flashsale")
 	cmd.Dir = src
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", commit, err, out)
