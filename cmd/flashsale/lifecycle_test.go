@@ -251,8 +251,12 @@ func TestKillBetweenReleaseAndRestore(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The cancel commits the release and kicks the restorer, whose
+	// failpoint ends the process: on a busy machine before the answer is
+	// written (no answer, as a crash gives). The checks below read the
+	// release from the database either way.
 	r := h.do(http.MethodPost, "/api/v1/orders/"+ids[0]+"/cancel", "", "Authorization: Bearer "+userToken(t, "u0"))
-	if r.Status != http.StatusOK {
+	if r.Status != http.StatusOK && r.Status != 0 {
 		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
 	}
 	select {
