@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -33,12 +32,26 @@ type HAProxy struct {
 	Config   string // the file it runs
 }
 
-// ShippedConfig returns deploy/haproxy/haproxy.cfg, found from this source
-// file's directory.
+// ShippedConfig returns deploy/haproxy/haproxy.cfg of the module the test
+// runs in (found from the working directory up to go.mod, so that it works
+// in a build with -trimpath, whose source paths name no directory).
 func ShippedConfig(t testing.TB) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "deploy", "haproxy", "haproxy.cfg"))
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("cluster: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "deploy", "haproxy", "haproxy.cfg"))
 	if err != nil {
 		t.Fatal(err)
 	}
