@@ -18,9 +18,9 @@ import (
 
 // loadCompose loads and validates a compose file as `docker compose` would,
 // with an empty environment (the placeholders' defaults apply).
-func loadCompose(t *testing.T, file string) *types.Project {
+func loadCompose(t *testing.T, file string, profiles ...string) *types.Project {
 	t.Helper()
-	opts, err := cli.NewProjectOptions([]string{file}, cli.WithWorkingDirectory(filepath.Dir(file)))
+	opts, err := cli.NewProjectOptions([]string{file}, cli.WithWorkingDirectory(filepath.Dir(file)), cli.WithProfiles(profiles))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,24 +266,49 @@ func TestComposeCluster(t *testing.T) {
 	if !mounted {
 		t.Errorf("haproxy does not mount deploy/haproxy/haproxy.cfg: %+v", hap.Volumes)
 	}
+	mapped := false
+	for _, v := range hap.Volumes {
+		if filepath.Clean(v.Source) == filepath.Clean(filepath.Join(p.WorkingDir, "../haproxy/canary.map")) && v.Target == "/usr/local/etc/haproxy/canary.map" {
+			mapped = true
+		}
+	}
+	if !mapped {
+		t.Errorf("haproxy does not mount deploy/haproxy/canary.map: %+v", hap.Volumes)
+	}
 	backends := haproxyServers(t)
-	if !slices.Equal(backends, []string{"flashsale-1:8080", "flashsale-2:8080", "flashsale-3:8080"}) {
-		t.Errorf("haproxy backend servers %v, want every flashsale instance on port 8080", backends)
+	if got := backends["flashsale"]; !slices.Equal(got, []string{"flashsale-1:8080", "flashsale-2:8080", "flashsale-3:8080"}) {
+		t.Errorf("haproxy backend servers %v, want every flashsale instance on port 8080", got)
+	}
+	if got := backends["flashsale-canary"]; !slices.Equal(got, []string{"flashsale-canary-1:8080"}) {
+		t.Errorf("haproxy canary servers %v, want flashsale-canary-1:8080", got)
+	}
+	// The canary service exists, off by default (a compose profile).
+	if _, ok := p.Services["flashsale-canary-1"]; ok {
+		t.Error("flashsale-canary-1 starts by default; want it in the canary profile only")
+	}
+	if _, ok := loadCompose(t, "compose/cluster.yaml", "canary").Services["flashsale-canary-1"]; !ok {
+		t.Error("no flashsale-canary-1 in the canary profile")
 	}
 }
 
-// haproxyServers returns the addresses of the flashsale backend's servers.
-func haproxyServers(t *testing.T) []string {
+// haproxyServers returns the addresses of each backend's servers.
+func haproxyServers(t *testing.T) map[string][]string {
 	t.Helper()
 	b, err := os.ReadFile("haproxy/haproxy.cfg")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var servers []string
+	servers := map[string][]string{}
+	backend := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == "server" {
-			servers = append(servers, f[2])
+		switch {
+		case len(f) >= 2 && f[0] == "backend":
+			backend = f[1]
+		case len(f) >= 1 && (f[0] == "frontend" || f[0] == "defaults" || f[0] == "global" || f[0] == "resolvers"):
+			backend = ""
+		case len(f) >= 3 && f[0] == "server" && backend != "":
+			servers[backend] = append(servers[backend], f[2])
 		}
 	}
 	return servers
@@ -321,7 +346,17 @@ func TestHAProxyConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal("haproxy not found: scripts/ensure-services.sh installs it")
 	}
-	out, err := exec.Command(bin, "-c", "-f", "haproxy/haproxy.cfg").CombinedOutput()
+	// The canary map is read at start from where the compose file mounts
+	// it; here, from this directory.
+	abs, err := filepath.Abs("haproxy/canary.map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(local, []byte(strings.ReplaceAll(string(b), "/usr/local/etc/haproxy/canary.map", abs)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "-c", "-f", local).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "Configuration file is valid") {
 		t.Fatalf("haproxy -c: %v\n%s", err, out)
 	}
