@@ -18,10 +18,14 @@ import (
 // with a limit of 1 buy 30 units: exactly 30 sell, every other buyer hears
 // sold_out; cancellations give units back to the buyers' home buckets and
 // sell again; the sale is re-split to 2 once idle; every invariant holds in
-// the database and Redis after each phase.
+// the database and Redis after each phase. Exactly 30 and sold_out in the
+// order purchases happened are the gate's answers; the database fallback
+// (a breaker opened by gate calls timing out on a busy machine) answers
+// 202 to a purchase that may end failed, which has tests of its own: it is
+// off here.
 func TestSplitSaleEndToEnd(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, testConfig(t, "embedded"))
+	h := newHarness(t, testConfig(t, "embedded", "FLASHSALE_FALLBACK_CONCURRENCY", "0"))
 	admin := "Authorization: Bearer " + testAdmin
 	for _, body := range []string{`{"stock":30,"per_user_limit":1,"buckets":0}`, `{"stock":30,"per_user_limit":1,"buckets":65}`} {
 		if r := h.putSKU("split", body); r.Status != http.StatusBadRequest || r.code() != "invalid_buckets" {
