@@ -139,9 +139,10 @@ BEGIN IF NEW.user_id LIKE 'poison%' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEX
 		accepted = append(accepted, r.str("order_id"))
 	}
 	admin := "Authorization: Bearer " + testAdmin
-	// Wait until both poisoned orders are in the listed dead letters (the
-	// two are dead-lettered at about the same moment: a listing may hold
-	// one of them only).
+	// Wait until both poisoned orders are in the listed dead letters and
+	// counted (the two are dead-lettered at about the same moment: a
+	// listing may hold one of them only, and the count, read before the
+	// page, may not yet count one the page shows).
 	var list reply
 	seqOf := map[string]float64{}
 	listed := func() bool {
@@ -152,7 +153,7 @@ BEGIN IF NEW.user_id LIKE 'poison%' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEX
 			m := d.(map[string]any)
 			seqOf[m["order_id"].(string)] = m["seq"].(float64)
 		}
-		return list.Status == http.StatusOK && seqOf[accepted[1]] > 0 && seqOf[accepted[3]] > 0
+		return list.Status == http.StatusOK && seqOf[accepted[1]] > 0 && seqOf[accepted[3]] > 0 && list.Body["count"] == float64(len(dls))
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for !listed() {
