@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
 )
@@ -56,6 +57,46 @@ func TestDeadlineIsUnavailable(t *testing.T) {
 		}
 		if tc.status == 503 && rec.Header().Get("Retry-After") == "" {
 			t.Errorf("%v: 503 without Retry-After", tc.err)
+		}
+	}
+}
+
+// lateLifecycle is a Lifecycle whose calls outlast the request's time and
+// then fail as a database driver does once the context ended the
+// transaction: with an error that does not wrap the context's.
+type lateLifecycle struct{}
+
+func (lateLifecycle) Pay(ctx context.Context, user, id, ref string) (sale.Order, error) {
+	<-ctx.Done()
+	return sale.Order{}, errors.New("sql: transaction has already been committed or rolled back")
+}
+
+func (l lateLifecycle) Cancel(ctx context.Context, user, id string) (sale.Order, error) {
+	return l.Pay(ctx, user, id, "")
+}
+
+// TestRequestOutOfTimeIsUnavailable: a request whose work ran past its
+// deadline is answered 503 unavailable whatever error the work returned
+// (database/sql's "transaction has already been committed or rolled back"
+// after the context rolled the transaction back: a MariaDB cancel under a
+// crowd answered 500 and the buyer did not retry), so the client retries.
+func TestRequestOutOfTimeIsUnavailable(t *testing.T) {
+	s := New(nil, nil, slog.New(slog.DiscardHandler), Config{
+		Users: NewUserAuth("s3cret"), Lifecycle: lateLifecycle{}, Timeout: 50 * time.Millisecond,
+	})
+	tok, err := Sign("s3cret", "u1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/api/v1/orders/01a23b0b-7c78-8b5b-97fc-00dfc22dc57f/cancel", "/api/v1/orders/01a23b0b-7c78-8b5b-97fc-00dfc22dc57f/pay"} {
+		req := httptest.NewRequest(http.MethodPost, path, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		var b errorBody
+		_ = json.Unmarshal(rec.Body.Bytes(), &b)
+		if rec.Code != http.StatusServiceUnavailable || b.Error.Code != "unavailable" || rec.Header().Get("Retry-After") == "" {
+			t.Errorf("%s past its deadline: %d %s, want 503 unavailable with Retry-After", path, rec.Code, rec.Body)
 		}
 	}
 }

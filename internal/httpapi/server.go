@@ -15,6 +15,8 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -335,6 +337,14 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 			defer cancel()
 		}
 		if err := h(w, r.WithContext(ctx)); err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+				// The request ran out of its time, whatever the work
+				// returned: a driver reports the transaction the context
+				// rolled back ("already been committed or rolled back"),
+				// not the deadline. A retry may finish it: 503, not 500
+				// (a more specific error still keeps its own code).
+				err = fmt.Errorf("%w (%w)", err, context.DeadlineExceeded)
+			}
 			writeErrorFor(w, r, s.log, err, rid, pattern)
 		}
 		if s.cfg.Observe != nil {
