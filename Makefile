@@ -149,10 +149,8 @@ run: ## Ensure what running needs (PostgreSQL, Redis: ensure-services.sh --run),
 	$(GO) build -o bin/flashsale ./cmd/flashsale
 	bin/flashsale demo
 
-ci: ## vet, test, then every benchmark once (CI runs .ci/run: also staticcheck and make fuzz)
-	$(MAKE) vet
+ci: ## What CI runs (.ci/run): make test, which lints, tests, fuzzes and runs every benchmark once
 	$(MAKE) test
-	$(MAKE) bench
 
 # FUZZTIME is each fuzz target's -fuzztime: a duration (10s) or a number of
 # executions (50000x, what CI uses: scripts/fuzz.sh says why).
