@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,13 +58,14 @@ type proc struct {
 	done   chan struct{}
 }
 
+// freeAddr is a free address below the ephemeral ports (testenv.FreePort),
+// so that a process restarted on it finds it free again.
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 func startProc(t *testing.T, env map[string]string) *proc {

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -260,15 +261,16 @@ func (p *Proc) Fired(name string) bool {
 	return strings.Contains(p.Log(), "failpoint "+name+" fired")
 }
 
-// FreeAddr returns a loopback host:port that was free a moment ago.
+// FreeAddr returns a loopback host:port that was free a moment ago, below
+// the ephemeral ports (testenv.FreePort): a process restarted on it finds
+// it free again.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // WaitReady polls url+"/readyz" until it answers 200, the process exits or

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -49,11 +48,15 @@ func StartNATS(t testing.TB, storeDir string) *NATSServer {
 	if storeDir == "" {
 		storeDir = t.TempDir()
 	}
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := &NATSServer{
 		StoreDir: storeDir,
 		t:        t,
 		name:     RandomName("testenv-nats-"),
-		port:     -1,
+		port:     port,
 	}
 	t.Cleanup(s.Shutdown)
 	s.start()
@@ -119,8 +122,7 @@ func (s *NATSServer) start() {
 		srv.WaitForShutdown()
 		s.t.Fatalf("testenv: nats-server started without JetStream (store dir %s)", s.StoreDir)
 	}
-	if s.port == -1 {
-		s.port = srv.Addr().(*net.TCPAddr).Port
+	if s.URL == "" {
 		s.URL = srv.ClientURL()
 	}
 	s.srv = srv

@@ -404,16 +404,6 @@ func redisPID(addr string) (int, error) {
 	return 0, errors.New("INFO server has no process_id")
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // parentDeathSignal asks the kernel to SIGKILL the child when its parent
 // dies. The field exists only on some systems (Linux, FreeBSD), hence
 // reflection rather than one file per GOOS.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -305,4 +307,36 @@ func TestNATSRestartKeepsStreams(t *testing.T) {
 	if string(msg.Data) != "kept" {
 		t.Errorf("message after restart = %q, want %q", msg.Data, "kept")
 	}
+}
+
+// TestRestartFindsItsPort: a server stopped for an outage comes back on its
+// port even though, meanwhile, the kernel handed out thousands of ports to
+// other listeners and connections (other tests in parallel): its port is
+// below the ephemeral range the kernel hands out.
+func TestRestartFindsItsPort(t *testing.T) {
+	t.Parallel()
+	ns := testenv.StartNATS(t, "")
+	u, err := url.Parse(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	ns.Shutdown()
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for range 2000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+		if l.Addr().(*net.TCPAddr).Port == port {
+			t.Fatalf("the kernel gave the stopped server's port %d to another listener", port)
+		}
+	}
+	ns.Restart()
 }
