@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,7 +69,7 @@ type lateLifecycle struct{}
 
 func (lateLifecycle) Pay(ctx context.Context, user, id, ref string) (sale.Order, error) {
 	<-ctx.Done()
-	return sale.Order{}, errors.New("sql: transaction has already been committed or rolled back")
+	return sale.Order{}, fmt.Errorf("orderstore: release %s: %w", id, sql.ErrTxDone)
 }
 
 func (l lateLifecycle) Cancel(ctx context.Context, user, id string) (sale.Order, error) {
@@ -76,10 +77,10 @@ func (l lateLifecycle) Cancel(ctx context.Context, user, id string) (sale.Order,
 }
 
 // TestRequestOutOfTimeIsUnavailable: a request whose work ran past its
-// deadline is answered 503 unavailable whatever error the work returned
-// (database/sql's "transaction has already been committed or rolled back"
-// after the context rolled the transaction back: a MariaDB cancel under a
-// crowd answered 500 and the buyer did not retry), so the client retries.
+// deadline and failed with database/sql's "transaction has already been
+// committed or rolled back" (the context rolled the transaction back: a
+// MariaDB cancel under a crowd answered 500 and the buyer did not retry) is
+// answered 503 unavailable, so the client retries.
 func TestRequestOutOfTimeIsUnavailable(t *testing.T) {
 	s := New(nil, nil, slog.New(slog.DiscardHandler), Config{
 		Users: NewUserAuth("s3cret"), Lifecycle: lateLifecycle{}, Timeout: 50 * time.Millisecond,

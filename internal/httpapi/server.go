@@ -13,6 +13,7 @@ package httpapi
 
 import (
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -337,12 +338,12 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 			defer cancel()
 		}
 		if err := h(w, r.WithContext(ctx)); err != nil {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
-				// The request ran out of its time, whatever the work
-				// returned: a driver reports the transaction the context
-				// rolled back ("already been committed or rolled back"),
-				// not the deadline. A retry may finish it: 503, not 500
-				// (a more specific error still keeps its own code).
+			if errors.Is(err, sql.ErrTxDone) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The request ran out of its time and database/sql reports
+				// the transaction the context rolled back ("already been
+				// committed or rolled back"), which wraps no deadline. A
+				// retry may finish it: 503, not 500. Only this error: any
+				// other keeps its code, a bug on a slow request included.
 				err = fmt.Errorf("%w (%w)", err, context.DeadlineExceeded)
 			}
 			writeErrorFor(w, r, s.log, err, rid, pattern)

@@ -176,18 +176,21 @@ func (e *Embedded) Restarts() int {
 }
 
 // check asks the server whether every stream can store: it returns the
-// first stream write error the server's health check reports, and nothing
-// for the check's other findings. Those are not what a restart mends and
-// pass by themselves: a stream whose directory is on disk but not yet open
-// ("could not be recovered") is one being created, and a server still
-// starting is not "ready for connections"; a restart in either would fail
-// the very work it interrupts.
+// first stream write error the server's health check reports, or its
+// report that JetStream is off (nats-server turns JetStream off on a store
+// permission error, and on a full disk under a sourced or mirrored
+// stream), and nothing for the check's other findings. Those are not what
+// a restart mends and pass by themselves: a stream whose directory is on
+// disk but not yet open ("could not be recovered") is one being created,
+// and a server still starting is not "ready for connections"; a restart in
+// either would fail the very work it interrupts.
 func (e *Embedded) check() error {
 	e.mu.Lock()
 	srv := e.srv
 	e.mu.Unlock()
 	for _, he := range srv.Healthz(&server.HealthzOptions{Details: true}).Errors {
-		if he.Type == server.HealthzErrorStream && strings.Contains(he.Error, "write error") {
+		if he.Type == server.HealthzErrorJetStream ||
+			he.Type == server.HealthzErrorStream && strings.Contains(he.Error, "write error") {
 			return errors.New(he.Error)
 		}
 	}
