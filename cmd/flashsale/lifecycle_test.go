@@ -150,7 +150,15 @@ FROM orders o WHERE o.order_id = ?`), id).Scan(&status, &reason, &cancelledAt, &
 					break
 				}
 				if p.code() == "order_expired" {
-					break // released by the timeout: sold again below
+					// Released by the timeout, never before its deadline;
+					// the unit is sold again below.
+					g := h.do(http.MethodGet, "/api/v1/orders/"+id, "", "Authorization: Bearer "+userToken(t, user))
+					exp, _ := time.Parse(time.RFC3339Nano, g.str("expires_at"))
+					at, _ := time.Parse(time.RFC3339Nano, g.str("cancelled_at"))
+					if g.str("status") != "cancelled" || g.str("cancel_reason") != "payment_timeout" || at.Before(exp) {
+						t.Fatalf("resold order %s refused payment as expired: %s", id, g.Raw)
+					}
+					break
 				}
 				if p.code() != "order_queued" || time.Now().After(deadline) {
 					g := h.do(http.MethodGet, "/api/v1/orders/"+id, "", "Authorization: Bearer "+userToken(t, user))
