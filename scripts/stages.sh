@@ -94,7 +94,13 @@ done
 start_all=$(date +%s)
 
 (
-	while sleep "$heartbeat"; do
+	# The sleep is killed with the loop, so that it does not hold the
+	# output open (a pipe reading make test would wait for it).
+	trap 'kill $sl 2>/dev/null; exit 0' TERM
+	while :; do
+		sleep "$heartbeat" &
+		sl=$!
+		wait $sl
 		now=$(date +%s)
 		for f in "$logdir"/*.start; do
 			[ -e "$f" ] || continue
@@ -145,6 +151,7 @@ printf '%-22s %-16s %s\n' total "$([ $failed = 0 ] && echo ok || echo FAIL)" "$(
 for name in "${order[@]}"; do
 	[ -e "$logdir/$name.result" ] && [ "$(cut -f1 "$logdir/$name.result")" = ok ] && continue
 	printf '\n=== stage %s failed; the lines that say why:\n' "$name"
-	grep -E -- '^(--- FAIL|FAIL|panic:|fatal error:|[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+:|ERROR|make: \*\*\*)' "$logdir/$name.log" | tail -60
+	why=$(grep -E -- '^(--- FAIL|FAIL|panic:|fatal error:|[[:space:]]+[A-Za-z0-9_]+\.go:[0-9]+:|[^[:space:]]+\.go:[0-9]+:[0-9]+:|ERROR|make(\[[0-9]+\])?: \*\*\*|gofmt needed)' "$logdir/$name.log" | tail -60)
+	if [ -n "$why" ]; then echo "$why"; else tail -40 "$logdir/$name.log"; fi
 done
 exit $failed
