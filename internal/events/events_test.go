@@ -19,10 +19,12 @@ import (
 )
 
 // hungStream is a broker that never answers: it holds each publish until
-// its context ends, or takes it when up.
+// its context ends (and, the first time, until checked is closed: the test
+// reads the database while the publish is surely held), or takes it when up.
 type hungStream struct {
 	up        atomic.Bool
 	hanging   chan struct{} // closed when a publish is first held
+	checked   chan struct{} // the first held publish returns only once closed
 	published atomic.Int64
 }
 
@@ -35,6 +37,7 @@ func (s *hungStream) PublishEvents(ctx context.Context, evs []orderqueue.Event) 
 	case <-s.hanging:
 	default:
 		close(s.hanging)
+		<-s.checked
 	}
 	<-ctx.Done()
 	return ctx.Err()
@@ -80,17 +83,32 @@ func TestHungBrokerHoldsNoTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st := &hungStream{hanging: make(chan struct{})}
+	st := &hungStream{hanging: make(chan struct{}), checked: make(chan struct{})}
 	p := events.New(s, st, slog.New(slog.NewTextHandler(io.Discard, nil))).WithTimeout(500 * time.Millisecond)
 	done := make(chan error, 1)
 	go func() {
 		_, err := p.RunOnce(ctx)
 		done <- err
 	}()
+	// The publisher is held in the publish until checked is closed, so its
+	// transaction stays open however long this takes on a busy machine (it
+	// may outlast the publisher's 500 ms). MariaDB's
+	// information_schema.innodb_trx is a cache the server refreshes only
+	// when it was last read over 100 ms ago, whoever read it (another test,
+	// this one's last run): a new transaction shows up there after such a
+	// pause, so read at most every 200 ms until it does.
 	<-st.hanging
-	if n := openTx(t, s); n != 1 {
-		t.Errorf("%d transactions open while the broker hangs, want the batch's one", n)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		n := openTx(t, s)
+		if n == 1 {
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Errorf("%d transactions open while the broker hangs, want the batch's one", n)
+			break
+		}
 	}
+	close(st.checked)
 	select {
 	case err := <-done:
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -100,11 +118,13 @@ func TestHungBrokerHoldsNoTransaction(t *testing.T) {
 		t.Fatal("RunOnce still waiting on a hung broker after 20s")
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for openTx(t, s) != 0 {
+	// Read no more often than every 200 ms: MariaDB's cache (above) would
+	// otherwise never refresh and show the transaction open, or closed,
+	// from before.
+	for time.Sleep(200 * time.Millisecond); openTx(t, s) != 0; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d transactions still open after the publish gave up", openTx(t, s))
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 
 	st.up.Store(true)
