@@ -55,8 +55,12 @@ func TestKeyRetryThenRedisLost(t *testing.T) {
 	switch {
 	case retry.Status == http.StatusServiceUnavailable && retry.code() == "unavailable":
 		t.Fatalf("retry on the second instance: 503 although the stream is up: %s", retry.Raw)
-	case retry.Status != http.StatusAccepted || retry.str("order_id") != id:
-		t.Fatalf("retry on the second instance: %d %s, want 202 with %s", retry.Status, retry.Raw, id)
+	case retry.str("order_id") != id ||
+		!(retry.Status == http.StatusAccepted || retry.Status == http.StatusOK && retry.str("status") == "pending_payment"):
+		// 202 while the order is in flight; 200 with the order once the
+		// consumer applied the reservation the retry published (a busy
+		// machine can apply it before the retry is answered).
+		t.Fatalf("retry on the second instance: %d %s, want 202, or 200 pending_payment, with %s", retry.Status, retry.Raw, id)
 	}
 
 	rs.Kill()
