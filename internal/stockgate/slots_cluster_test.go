@@ -75,6 +75,14 @@ func TestScriptsOneSlot(t *testing.T) {
 	rc := testenv.StartRedisCluster(t)
 	rec := &scriptRecorder{Client: rc.Client(), shas: map[string]bool{}}
 	g := stockgate.New(rec, "fs")
+	// A transfer's halves wait for a replica of their primary. The cluster
+	// is up as soon as every node says cluster_state:ok, but a new replica
+	// takes a write stream only from its first ACK (once a second), and on
+	// a busy machine later: with the default wait, a credit could be left
+	// unacknowledged, its entry open and its units read twice (seen once:
+	// 2 available after the transfer, want 1). Waiting longer exercises the
+	// same path and completes the transfer.
+	g.SetTransferWait(5 * time.Second)
 	ctx := context.Background()
 	must := func(what string, err error) {
 		t.Helper()
