@@ -257,23 +257,16 @@ func TestComposeCluster(t *testing.T) {
 	if !ok {
 		t.Fatal("no haproxy service")
 	}
-	mounted := false
-	for _, v := range hap.Volumes {
-		if filepath.Clean(v.Source) == filepath.Clean(filepath.Join(p.WorkingDir, "../haproxy/haproxy.cfg")) && v.Target == "/usr/local/etc/haproxy/haproxy.cfg" {
-			mounted = true
+	for _, f := range []string{"haproxy.cfg", "canary.map"} {
+		mounted := false
+		for _, v := range hap.Volumes {
+			if filepath.Clean(v.Source) == filepath.Clean(filepath.Join(p.WorkingDir, "../haproxy", f)) && v.Target == "/usr/local/etc/haproxy/"+f {
+				mounted = true
+			}
 		}
-	}
-	if !mounted {
-		t.Errorf("haproxy does not mount deploy/haproxy/haproxy.cfg: %+v", hap.Volumes)
-	}
-	mapped := false
-	for _, v := range hap.Volumes {
-		if filepath.Clean(v.Source) == filepath.Clean(filepath.Join(p.WorkingDir, "../haproxy/canary.map")) && v.Target == "/usr/local/etc/haproxy/canary.map" {
-			mapped = true
+		if !mounted {
+			t.Errorf("haproxy does not mount deploy/haproxy/%s: %+v", f, hap.Volumes)
 		}
-	}
-	if !mapped {
-		t.Errorf("haproxy does not mount deploy/haproxy/canary.map: %+v", hap.Volumes)
 	}
 	backends := haproxyServers(t)
 	if got := backends["flashsale"]; !slices.Equal(got, []string{"flashsale-1:8080", "flashsale-2:8080", "flashsale-3:8080"}) {

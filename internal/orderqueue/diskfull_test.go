@@ -19,20 +19,7 @@ import (
 // stream refused every publish after the first failed write, for good.
 func TestEmbeddedDiskFull(t *testing.T) {
 	dir := testenv.SmallDisk(t, 8<<20)
-	e, err := orderqueue.StartEmbedded(dir, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
-	nc, err := e.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	q, err := orderqueue.Open(context.Background(), nc, orderqueue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, q := startEmbeddedQueue(t, dir)
 	data := make([]byte, 8<<10)
 	n := 0
 	publish := func() error {

@@ -89,20 +89,7 @@ func TestEmbeddedRefusesASharedDataDir(t *testing.T) {
 func TestEmbeddedRestartsOnlyForWriteErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	e, err := orderqueue.StartEmbedded(dir, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
-	nc, err := e.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	q, err := orderqueue.Open(context.Background(), nc, orderqueue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, q := startEmbeddedQueue(t, dir)
 	streams, err := filepath.Glob(filepath.Join(dir, "nats", "jetstream", "*", "streams"))
 	if err != nil || len(streams) != 1 {
 		t.Fatalf("the store's streams directory: %v %v", streams, err)
@@ -119,4 +106,25 @@ func TestEmbeddedRestartsOnlyForWriteErrors(t *testing.T) {
 		t.Errorf("health %v, want nil: every open stream can store", err)
 	}
 	publishAll(t, q, message(resv("k", 1)))
+}
+
+// startEmbeddedQueue starts an embedded server on dir and opens the queue
+// on it; both are closed on Cleanup.
+func startEmbeddedQueue(t *testing.T, dir string) (*orderqueue.Embedded, *orderqueue.Queue) {
+	t.Helper()
+	e, err := orderqueue.StartEmbedded(dir, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	nc, err := e.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	q, err := orderqueue.Open(context.Background(), nc, orderqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, q
 }

@@ -64,7 +64,7 @@ func StartMariaDB(t testing.TB) *MariaDBServer {
 		t.Fatalf("testenv: %s: %v\n%s", cmd, err, out)
 	}
 	for attempt := 1; ; attempt++ {
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = FreePort(); err != nil {
 			t.Fatalf("testenv: finding a free port for mariadb: %v", err)
 		}
 		if err = s.start(); err == nil {

@@ -36,7 +36,7 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	ports := make([]int, n)
 	routes := make([]string, n)
 	for i := range n {
-		p, err := freePort()
+		p, err := FreePort()
 		if err != nil {
 			t.Fatalf("testenv: free port for a nats route: %v", err)
 		}

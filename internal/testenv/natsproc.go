@@ -53,7 +53,7 @@ func NATSServerBinary(t testing.TB) string {
 func NATSProcess(t testing.TB) (url string) {
 	t.Helper()
 	bin := NATSServerBinary(t)
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		t.Fatalf("testenv: finding a free port for nats-server: %v", err)
 	}

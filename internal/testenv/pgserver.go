@@ -103,7 +103,7 @@ func StartPostgres(t testing.TB) *PostgresServer {
 	// Another process may take the free port between our probe and the
 	// server's bind; try a few ports before giving up.
 	for attempt := 1; ; attempt++ {
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = FreePort(); err != nil {
 			t.Fatalf("testenv: finding a free port for postgres: %v", err)
 		}
 		err = s.start()

@@ -56,5 +56,3 @@ func FreePort() (int, error) {
 	}
 	return 0, fmt.Errorf("testenv: no free port below %d in 100 tries: %w", high, err)
 }
-
-func freePort() (int, error) { return FreePort() }

@@ -191,7 +191,7 @@ func StartRedis(t testing.TB, args ...string) *RedisServer {
 	// Another process may take the free port between our probe and the
 	// server's bind; try a few ports before giving up.
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			t.Fatalf("testenv: finding a free port for redis-server: %v", err)
 		}
