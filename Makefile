@@ -49,12 +49,24 @@ build-static: ## Build the release binary bin/flashsale as the Dockerfile does (
 # that call t.Parallel run at once in one package: most end-to-end tests
 # wait on their services far more than they compute, so more than the
 # number of CPUs (go test's default) keeps the two cores busy.
+#
+# They run through gotestsum (pinned), which prints what go test prints
+# without -v and keeps every test's events in $(TEST_REPORTS)/STAGE.json;
+# each stage then lists its SLOWEST slowest tests, so that CI's log says
+# where the time goes.
 TEST_PARALLEL ?= 8
-RACE = $(GO) test -race -count=1 -timeout 20m -parallel $(TEST_PARALLEL) $(TESTFLAGS)
+GOTESTSUM     ?= gotest.tools/gotestsum@v1.13.0
+TEST_REPORTS  ?= $(CURDIR)/.test-reports
+SLOWEST       ?= 12
+RACE = $(GO) run $(GOTESTSUM) --format standard-quiet --jsonfile $(TEST_REPORTS)/$@.json -- \
+	-race -count=1 -timeout 20m -parallel $(TEST_PARALLEL) $(TESTFLAGS)
+# slowest lists the slowest tests of the stage's report, and exits with the
+# status of the test run before it ($$s).
+SLOWEST_OF = echo "slowest tests of $@:"; $(GO) run $(GOTESTSUM) tool slowest --jsonfile $(TEST_REPORTS)/$@.json --threshold 1s --num $(SLOWEST); exit $$s
 DB_PKGS   = $$(scripts/test-packages.sh db $(PKGS))
 NODB_PKGS = $$(scripts/test-packages.sh nodb $(PKGS))
 
-test: ## The test command, and all that CI runs: ensure services, then two lanes at once (lint, alert rules, the tests without a database, fuzzing, every benchmark once, the short fault suite on both databases, the short cluster test | the database-backed tests on PostgreSQL then MariaDB, the short upgrade test); a summary of every stage at the end
+test: ## The test command, and all that CI runs: ensure services, then two lanes at once (lint, alert rules, the tests without a database, fuzzing, every benchmark once, the short fault suite on both databases, the short cluster and upgrade tests | the database-backed tests on PostgreSQL then MariaDB); a summary of every stage at the end
 	@scripts/stages.sh \
 		services       'scripts/ensure-services.sh' \
 		--lane \
@@ -66,23 +78,23 @@ test: ## The test command, and all that CI runs: ensure services, then two lanes
 		chaos-postgres '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=postgres' \
 		chaos-mysql    '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=mysql' \
 		cluster-short  '$(MAKE) --no-print-directory test-cluster-short' \
+		upgrade-short  '$(MAKE) --no-print-directory test-upgrade UPGRADE=short' \
 		--lane \
 		postgres       '$(MAKE) --no-print-directory test-postgres' \
-		mysql          '$(MAKE) --no-print-directory test-mysql' \
-		upgrade-short  '$(MAKE) --no-print-directory test-upgrade UPGRADE=short'
+		mysql          '$(MAKE) --no-print-directory test-mysql'
 
 # TEST_FUZZTIME is each fuzz target's budget in make test: a count, not a
 # duration (scripts/fuzz.sh says why).
 TEST_FUZZTIME ?= 50000x
 
 test-nodb: ## The packages whose tests use no database, with -race, once (scripts/test-packages.sh nodb)
-	FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(NODB_PKGS)
+	mkdir -p $(TEST_REPORTS); FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(NODB_PKGS); s=$$?; $(SLOWEST_OF)
 
 test-postgres: ## The database-backed packages with -race on PostgreSQL (test-nodb test-postgres: everything)
-	FLASHSALE_TEST_DIALECT=postgres FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(DB_PKGS)
+	mkdir -p $(TEST_REPORTS); FLASHSALE_TEST_DIALECT=postgres FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(DB_PKGS); s=$$?; $(SLOWEST_OF)
 
 test-mysql: ## The database-backed packages with -race on MariaDB/MySQL (FLASHSALE_TEST_MYSQL_URL)
-	FLASHSALE_TEST_DIALECT=mysql FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(DB_PKGS)
+	mkdir -p $(TEST_REPORTS); FLASHSALE_TEST_DIALECT=mysql FLASHSALE_TEST_REQUIRE_SERVICES=1 $(RACE) $(DB_PKGS); s=$$?; $(SLOWEST_OF)
 
 CHAOS_DIALECTS ?= postgres mysql
 # CHAOS_PARALLEL: how many fault scenarios run at once (each has its own

@@ -279,8 +279,26 @@ func TestComposeCluster(t *testing.T) {
 	if _, ok := p.Services["flashsale-canary-1"]; ok {
 		t.Error("flashsale-canary-1 starts by default; want it in the canary profile only")
 	}
-	if _, ok := loadCompose(t, "compose/cluster.yaml", "canary").Services["flashsale-canary-1"]; !ok {
-		t.Error("no flashsale-canary-1 in the canary profile")
+	cp := loadCompose(t, "compose/cluster.yaml", "canary")
+	c, ok := cp.Services["flashsale-canary-1"]
+	if !ok {
+		t.Fatal("no flashsale-canary-1 in the canary profile")
+	}
+	// It runs as the canary group, with every other setting of the stable instances.
+	env := func(s types.ServiceConfig, k string) string {
+		if v := s.Environment[k]; v != nil {
+			return *v
+		}
+		return ""
+	}
+	stable := cp.Services["flashsale-1"]
+	if env(c, "FLASHSALE_RELEASE_GROUP") != "canary" || env(stable, "FLASHSALE_RELEASE_GROUP") == "canary" {
+		t.Errorf("release groups: canary %q, flashsale-1 %q", env(c, "FLASHSALE_RELEASE_GROUP"), env(stable, "FLASHSALE_RELEASE_GROUP"))
+	}
+	for k := range stable.Environment {
+		if env(c, k) != env(stable, k) {
+			t.Errorf("the canary's %s is %q, the stable instances' %q", k, env(c, k), env(stable, k))
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"flag"
 	"fmt"
 	"io"
@@ -13,7 +15,10 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/flashsale/flashsale/internal/risk"
+
 	"github.com/flashsale/flashsale/internal/httpapi"
+	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
 	"github.com/flashsale/flashsale/internal/tracing"
 )
@@ -56,6 +61,7 @@ type config struct {
 	PaymentSecret   string
 	SweepEvery      time.Duration
 	ReconcileEvery  time.Duration
+	HistoryEvery    time.Duration
 	ReconcileLimit  int
 	AlertWebhook    string
 	Failpoints      string
@@ -80,6 +86,42 @@ type config struct {
 
 	// Protect is the rate limits, sold-out flag and trusted proxies.
 	Protect httpapi.Protection
+
+	// ReleaseGroup is the group this instance serves in during a release
+	// (stable or canary): shown on the dashboard, compared by flashsale canary.
+	ReleaseGroup string
+	// ShadowSKUs are the SKUs whose live decisions this instance compares
+	// with its own reserve script (comma-separated; empty: none);
+	// ShadowRate the most decisions compared a second per SKU bucket.
+	ShadowSKUs string
+	ShadowRate float64
+
+	// CrowdSecret signs challenges, tickets and admissions (default:
+	// derived from UserTokenSecret); ChallengeRate and TicketRate bound the
+	// challenges handed out and the solutions verified a second per
+	// instance (each costs one PBKDF2 derivation); TicketTTL is how long a
+	// ticket is good after the later of its issue and the sale's start.
+	CrowdSecret   string
+	ChallengeCost int
+	ChallengeRate float64
+	TicketRate    float64
+	TicketTTL     time.Duration
+	// ChallengeWork is the most derivations a challenge at level 0 takes
+	// (ticket.Config.BaseWork).
+	ChallengeWork int
+	// AdmissionTTL is how long a waiting room's admission lasts;
+	// RoomCapacity the admissions a second of a room whose sale gives no
+	// admission_rate (the formula may admit fewer: docs/waiting-room.md).
+	AdmissionTTL time.Duration
+	RoomCapacity float64
+	// Risk is when failed proofs and spent solutions sent again list a buyer automatically.
+	Risk risk.Config
+	// shadowScript, if set (tests), is the shadow's candidate reserve
+	// script instead of this build's: a deliberately different gate.
+	shadowScript string
+	// reserveScript, if set (tests), replaces the live gate's reserve
+	// script: a canary whose gate decides wrongly.
+	reserveScript string
 }
 
 type envFlags struct {
@@ -98,6 +140,7 @@ type envFlags struct {
 var commandFlags = map[string][]string{
 	"migrate": {"database-url", "log-level", "log-format"},
 	"token":   {"user-token-secret"},
+	"canary":  canaryFlags,
 }
 
 func (e *envFlags) wants(name string) bool { return e.only == nil || e.only[name] }
@@ -261,6 +304,9 @@ func hidePassword(s string) string {
 }
 
 // parseConfig reads flags (args) over environment variables over defaults.
+// defaultDatabaseURL is -database-url's default.
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable"
+
 func parseConfig(name string, args []string, getenv func(string) string, out io.Writer, extra func(*flag.FlagSet)) (config, error) {
 	var c config
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -274,7 +320,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	}
 	fs.Usage = func() { commandUsage(fs, name) }
 	e.str(&c.HTTPAddr, "http-addr", "FLASHSALE_HTTP_ADDR", "127.0.0.1:8080", "HTTP listen address")
-	e.url(&c.DatabaseURL, "database-url", "FLASHSALE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/flashsale?sslmode=disable", "database `URL`: postgres://... or mysql://user:pass@host:3306/db (the database is created if missing)")
+	e.url(&c.DatabaseURL, "database-url", "FLASHSALE_DATABASE_URL", defaultDatabaseURL, "database `URL`: postgres://... or mysql://user:pass@host:3306/db (the database is created if missing)")
 	e.url(&c.RedisURL, "redis-url", "FLASHSALE_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis `URL`")
 	e.str(&c.RedisPrefix, "redis-prefix", "FLASHSALE_REDIS_PREFIX", "fs", "prefix of every Redis key")
 	e.url(&c.NATSURL, "nats-url", "FLASHSALE_NATS_URL", "embedded", "NATS `URL`: \"embedded\" (in-process JetStream, one instance) or nats://host:port")
@@ -307,6 +353,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.dur(&c.PaymentTimeout, "payment-timeout", "FLASHSALE_PAYMENT_TIMEOUT", 15*time.Minute, "an unpaid order is cancelled and its stock released this long after it was accepted")
 	e.secret(&c.PaymentSecret, "payment-secret", "FLASHSALE_PAYMENT_SECRET", "HMAC-SHA256 `secret` of payment-provider callbacks (callback route disabled when empty)")
 	e.dur(&c.SweepEvery, "sweep-every", "FLASHSALE_SWEEP_EVERY", time.Second, "period of the database sweeper that releases unpaid orders past their deadline (FOR UPDATE SKIP LOCKED, in batches of 500); a pay after the deadline is refused whatever the sweeper's delay")
+	e.dur(&c.HistoryEvery, "history-every", "FLASHSALE_HISTORY_EVERY", 5*time.Second, "period of the check for sales that ended, which records each in sale_history (every instance checks; one row is written per sale)")
 	e.dur(&c.ReconcileEvery, "reconcile-every", "FLASHSALE_RECONCILE_EVERY", 5*time.Minute, "period of the reconciler (one instance at a time, under a lease)")
 	e.int(&c.ReconcileLimit, "reconcile-threshold", "FLASHSALE_RECONCILE_THRESHOLD", 2, "largest drift (units, seen twice) the reconciler corrects itself; above it alerts and leaves Redis alone")
 	e.secret(&c.AlertWebhook, "alert-webhook-url", "FLASHSALE_ALERT_WEBHOOK_URL", "`URL` that receives reconcile alerts as JSON POSTs (optional)")
@@ -320,6 +367,22 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.str(&c.TraceSampler, "trace-sampler", "OTEL_TRACES_SAMPLER", "parentbased_always_on", "trace sampler: always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio")
 	e.str(&c.TraceSamplerArg, "trace-sampler-arg", "OTEL_TRACES_SAMPLER_ARG", "", "probability of the ratio samplers, 0..1 (default 1)")
 	e.str(&c.MemoryLimit, "memory-limit", "FLASHSALE_MEMORY_LIMIT", "auto", "soft memory limit of the Go runtime (the garbage collector works harder near it; never a hard cap): auto (90% of the cgroup's memory limit, none outside a container with one), off, or a size such as 240MiB; GOMEMLIMIT wins")
+	e.str(&c.ReleaseGroup, "release-group", "FLASHSALE_RELEASE_GROUP", "stable", "the group this instance serves in during a release: stable or canary (shown on the dashboard and as flashsale_release_group in /metrics; flashsale canary compares the groups)")
+	e.str(&c.ShadowSKUs, "shadow-skus", "FLASHSALE_SHADOW_SKUS", "", "comma-separated SKUs whose live gate decisions, made by every instance, this instance replays with its own reserve script and compares (flashsale_shadow_decisions_total); empty: none")
+	e.float(&c.ShadowRate, "shadow-rate", "FLASHSALE_SHADOW_RATE", 5000, "most decisions a second the shadow compares per SKU (per stock bucket of a split sale); the rest are counted dropped")
+	e.secret(&c.CrowdSecret, "crowd-secret", "FLASHSALE_CROWD_SECRET", "HMAC `secret` of proof-of-work challenges, tickets and waiting-room admissions, the same on every instance (default: derived from the user token secret)")
+	e.int(&c.ChallengeCost, "challenge-cost", "FLASHSALE_CHALLENGE_COST", 5000, "PBKDF2 iterations of one derivation of a proof-of-work challenge: a browser takes about 1.2 ms per derivation at 5000, a solution about 250 derivations at the lowest level (docs/crowd.md)")
+	e.float(&c.ChallengeRate, "challenge-rate", "FLASHSALE_CHALLENGE_RATE", 200, "most proof-of-work challenges this instance hands out a second (each costs it one PBKDF2 derivation, about 1.5 ms of CPU); beyond it 429")
+	e.int(&c.ChallengeWork, "challenge-work", "FLASHSALE_CHALLENGE_WORK", 500, "most PBKDF2 derivations a proof-of-work challenge at level 0 takes a buyer (a mean of half; each level doubles it)")
+	e.float(&c.TicketRate, "ticket-rate", "FLASHSALE_TICKET_RATE", 200, "most solved challenges this instance verifies a second (one PBKDF2 derivation each), checked before any work; beyond it 429")
+	e.dur(&c.TicketTTL, "ticket-ttl", "FLASHSALE_TICKET_TTL", 5*time.Minute, "how long a ticket is good after the later of its issue and the sale's start")
+	e.dur(&c.AdmissionTTL, "admission-ttl", "FLASHSALE_ADMISSION_TTL", 2*time.Minute, "how long a waiting room's admission lets its buyer buy")
+	e.float(&c.RoomCapacity, "room-capacity", "FLASHSALE_ROOM_CAPACITY", 200, "admissions a second of a waiting room whose sale sets no admission_rate: what the gate and the database take for one SKU (the room admits fewer when little stock is left)")
+	rd := risk.DefaultConfig()
+	e.int(&c.Risk.ProofStrikes, "risk-proof-strikes", "FLASHSALE_RISK_PROOF_STRIKES", rd.ProofStrikes, "failed proofs of work by one buyer within the risk window that list the buyer automatically (0: never)")
+	e.int(&c.Risk.ReplayStrikes, "risk-replay-strikes", "FLASHSALE_RISK_REPLAY_STRIKES", rd.ReplayStrikes, "spent solutions one buyer sent again within the risk window that list the buyer automatically (0: never)")
+	e.dur(&c.Risk.Window, "risk-window", "FLASHSALE_RISK_WINDOW", rd.Window, "the window failures are counted in, from a buyer's first failure")
+	e.dur(&c.Risk.AutoTTL, "risk-auto-ttl", "FLASHSALE_RISK_AUTO_TTL", rd.AutoTTL, "how long an automatic risk list entry blocks")
 	e.str(&c.PprofAddr, "pprof-addr", "FLASHSALE_PPROF_ADDR", "", "listen address of the profiling endpoints /debug/pprof/ (admin token required; empty: off), e.g. 127.0.0.1:6060")
 	if extra != nil {
 		extra(fs)
@@ -356,6 +419,8 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, fmt.Errorf("sweep-every must be positive")
 	case c.ReconcileEvery <= 0:
 		return c, fmt.Errorf("reconcile-every must be positive")
+	case c.HistoryEvery < time.Second:
+		return c, fmt.Errorf("history-every must be at least 1s")
 	case c.RepublishAfter < time.Second:
 		return c, fmt.Errorf("inflight-republish-after must be at least 1s")
 	case c.StreamRetention < time.Second:
@@ -369,6 +434,17 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	}
 	if _, err := c.backoff(); err != nil {
 		return c, err
+	}
+	if c.ReleaseGroup != "stable" && c.ReleaseGroup != "canary" {
+		return c, fmt.Errorf("release-group must be stable or canary, got %q", c.ReleaseGroup)
+	}
+	if c.ShadowRate <= 0 {
+		return c, fmt.Errorf("shadow-rate must be more than 0, got %v", c.ShadowRate)
+	}
+	for _, id := range c.shadowSKUs() {
+		if !sale.ValidSKU(id) {
+			return c, fmt.Errorf("shadow-skus: %q is not a SKU id", id)
+		}
 	}
 	if err := c.Protect.Check(); err != nil {
 		return c, err
@@ -443,4 +519,27 @@ func (c config) backoff() ([]time.Duration, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// shadowSKUs returns the SKUs of ShadowSKUs.
+func (c config) shadowSKUs() []string {
+	var out []string
+	for _, id := range strings.Split(c.ShadowSKUs, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// crowdKey is the key of challenges, tickets and admissions: the crowd
+// secret, or one derived from the user token secret (every instance has
+// that already), labelled so that it never equals a user-token key.
+func (c config) crowdKey() []byte {
+	if c.CrowdSecret != "" {
+		return []byte(c.CrowdSecret)
+	}
+	m := hmac.New(sha256.New, []byte(c.UserTokenSecret))
+	m.Write([]byte("flashsale crowd key v1"))
+	return m.Sum(nil)
 }

@@ -115,7 +115,7 @@ func TestOrderEvents(t *testing.T) {
 	waitEvents(t, env["FLASHSALE_NATS_URL"], want)
 
 	auth := func(u string) string { return "Authorization: Bearer " + userToken(t, u) }
-	if r := h.do(http.MethodPost, "/api/v1/orders/"+ids[0]+"/pay", "", auth("u0")); r.Status != http.StatusOK {
+	if r := h.pay("u0", ids[0], ""); r.Status != http.StatusOK {
 		t.Fatalf("pay: %d %s", r.Status, r.Raw)
 	}
 	if r := h.do(http.MethodPost, "/api/v1/orders/"+ids[1]+"/cancel", "", auth("u1")); r.Status != http.StatusOK {

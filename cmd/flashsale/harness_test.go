@@ -144,9 +144,38 @@ func userToken(t testing.TB, user string) string {
 	return tok
 }
 
+// doUntilAnswered sends a request again while it is answered 503 ("retry
+// shortly": a change's lock or the sale's reload outlasted the request's
+// time on a busy machine), for up to 30 s, as an operator's client does.
+// Only for requests whose repetition is harmless (absolute settings, reads).
+func (h *harness) doUntilAnswered(method, path, body string, headers ...string) reply {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := h.do(method, path, body, headers...)
+		if r.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func (h *harness) putSKU(sku, body string) reply {
 	return h.do(http.MethodPut, "/admin/v1/skus/"+sku, body, "Authorization: Bearer "+testAdmin)
 }
+
+// putSKUAnswered sends a PUT of sku again while it is answered 503 (retry
+// shortly), as an operator's client does, until another answer or 30 s. A
+// PUT is a replacement, safe to repeat; a retry of one whose first answer
+// was lost after it committed is answered 200, not 201: see saved.
+func (h *harness) putSKUAnswered(sku, body string) reply {
+	h.t.Helper()
+	return h.doUntilAnswered(http.MethodPut, "/admin/v1/skus/"+sku, body, "Authorization: Bearer "+testAdmin)
+}
+
+// saved reports whether a PUT of a sale was applied: 201, or 200 for a
+// retry that found its own first attempt applied.
+func saved(r reply) bool { return r.Status == http.StatusCreated || r.Status == http.StatusOK }
 
 // mustPutSKU creates or replaces a sale, sending the PUT again while it is
 // answered 503 (retry shortly: on a busy machine the sale's first load into
@@ -188,6 +217,24 @@ func (h *harness) buyUntilAnswered(user, sku string, qty int, idemKey string, wi
 			return r
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// pay pays order id as its owner user does: sending the same payment again
+// while the answer is 503 ("retry shortly": the request ran out of its time
+// in the database of a busy machine), until another answer or 30 s. Paying
+// is idempotent (a paid order paid again answers 200 with the order), so a
+// payment that committed before its answer was lost is answered paid; one
+// that did not commit is made again, or told order_expired if its deadline
+// passed meanwhile. body is the JSON body, or "" for none.
+func (h *harness) pay(user, id, body string) reply {
+	h.t.Helper()
+	hdr := []string{"Authorization: Bearer " + userToken(h.t, user)}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r := h.do(http.MethodPost, "/api/v1/orders/"+id+"/pay", body, hdr...)
+		if r.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return r
+		}
 	}
 }
 

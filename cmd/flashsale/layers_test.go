@@ -10,7 +10,7 @@ import (
 // TestLayers: dependencies point one way (docs/architecture.md): sale
 // imports nothing of ours, the adapters (stockgate, orderqueue,
 // orderstore) none of each other, and what only cmd wires (the bench
-// runner, the demo, the change notices, the dashboard) is imported by cmd
+// runner, the demo, the change notices, the dashboard, the buyer page) is imported by cmd
 // alone.
 func TestLayers(t *testing.T) {
 	t.Parallel()
@@ -45,7 +45,7 @@ func TestLayers(t *testing.T) {
 			}
 		}
 	}
-	for _, only := range []string{"internal/bench", "internal/demo", "internal/notice", "internal/dashboard"} {
+	for _, only := range []string{"internal/bench", "internal/demo", "internal/notice", "internal/dashboard", "internal/buyerpage"} {
 		if _, ok := imports[only]; !ok {
 			t.Errorf("go list has no %s", only)
 		}

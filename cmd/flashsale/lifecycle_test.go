@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,7 +76,7 @@ func TestPayRacesTimeout(t *testing.T) {
 			// answer this test checks.
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			r := h.do(http.MethodPost, "/api/v1/orders/"+id+"/pay", "", "Authorization: Bearer "+userToken(t, fmt.Sprintf("payer-%d", i)))
+			r := h.pay(fmt.Sprintf("payer-%d", i), id, "")
 			switch {
 			case r.Status == http.StatusOK && r.str("status") == "paid":
 				told[i] = "paid"
@@ -133,45 +135,79 @@ FROM orders o WHERE o.order_id = ?`), id).Scan(&status, &reason, &cancelledAt, &
 	// purchase and its payment can outlast the 2 s timeout, and then the
 	// timeout releases the unit (order_expired) and it is sold again: the
 	// count is of the resold units that were paid.
-	var more []string
-	paidMore := int64(0)
-	lastAccepted := time.Now()
-	for i := 0; time.Since(lastAccepted) < 2500*time.Millisecond; i++ {
-		user := fmt.Sprintf("second-%d", i)
-		r := h.buy(user, "pay", 1, "")
-		switch {
-		case r.Status == http.StatusAccepted:
-			id := r.str("order_id")
-			more = append(more, id)
-			for deadline := time.Now().Add(5 * time.Second); ; {
-				p := h.do(http.MethodPost, "/api/v1/orders/"+id+"/pay", "", "Authorization: Bearer "+userToken(t, user))
-				if p.Status == http.StatusOK {
-					paidMore++
-					break
-				}
-				if p.code() == "order_expired" {
-					// Released by the timeout, never before its deadline;
-					// the unit is sold again below.
-					g := h.do(http.MethodGet, "/api/v1/orders/"+id, "", "Authorization: Bearer "+userToken(t, user))
-					exp, _ := time.Parse(time.RFC3339Nano, g.str("expires_at"))
-					at, _ := time.Parse(time.RFC3339Nano, g.str("cancelled_at"))
-					if g.str("status") != "cancelled" || g.str("cancel_reason") != "payment_timeout" || at.Before(exp) {
-						t.Fatalf("resold order %s refused payment as expired: %s", id, g.Raw)
+	//
+	// Sixteen buyers at once: hundreds of released units bought and paid
+	// one after the other took minutes on a busy machine.
+	var (
+		mu           sync.Mutex
+		more         []string
+		paidMore     int64
+		lastAccepted = time.Now()
+		stop         atomic.Bool
+		next         atomic.Int64
+	)
+	quiet := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Since(lastAccepted) >= 2500*time.Millisecond
+	}
+	for range 16 {
+		wg.Go(func() {
+			for !stop.Load() && !quiet() {
+				user := fmt.Sprintf("second-%d", next.Add(1))
+				r := h.buy(user, "pay", 1, "")
+				switch {
+				case r.Status == http.StatusAccepted:
+					id := r.str("order_id")
+					mu.Lock()
+					more = append(more, id)
+					mu.Unlock()
+					for deadline := time.Now().Add(5 * time.Second); ; {
+						p := h.pay(user, id, "")
+						if p.Status == http.StatusOK {
+							mu.Lock()
+							paidMore++
+							mu.Unlock()
+							break
+						}
+						if p.code() == "order_expired" {
+							// Released by the timeout, never before its deadline;
+							// the unit is sold again.
+							g := h.do(http.MethodGet, "/api/v1/orders/"+id, "", "Authorization: Bearer "+userToken(t, user))
+							exp, _ := time.Parse(time.RFC3339Nano, g.str("expires_at"))
+							at, _ := time.Parse(time.RFC3339Nano, g.str("cancelled_at"))
+							if g.str("status") != "cancelled" || g.str("cancel_reason") != "payment_timeout" || at.Before(exp) {
+								t.Errorf("resold order %s refused payment as expired: %s", id, g.Raw)
+								stop.Store(true)
+							}
+							break
+						}
+						if p.code() != "order_queued" || time.Now().After(deadline) {
+							g := h.do(http.MethodGet, "/api/v1/orders/"+id, "", "Authorization: Bearer "+userToken(t, user))
+							t.Errorf("paying resold order %s: %d %s (order %s)", id, p.Status, p.Raw, g.Raw)
+							stop.Store(true)
+							break
+						}
+						time.Sleep(5 * time.Millisecond)
 					}
-					break
+					mu.Lock()
+					lastAccepted = time.Now()
+					mu.Unlock()
+				case r.code() == "sold_out":
+					time.Sleep(10 * time.Millisecond)
+				case r.Status == http.StatusServiceUnavailable:
+					// Retry shortly, as a buyer does (a new buyer: no key).
+					time.Sleep(50 * time.Millisecond)
+				default:
+					t.Errorf("second buyer: %d %s", r.Status, r.Raw)
+					stop.Store(true)
 				}
-				if p.code() != "order_queued" || time.Now().After(deadline) {
-					g := h.do(http.MethodGet, "/api/v1/orders/"+id, "", "Authorization: Bearer "+userToken(t, user))
-					t.Fatalf("paying resold order %s: %d %s (order %s)", id, p.Status, p.Raw, g.Raw)
-				}
-				time.Sleep(5 * time.Millisecond)
 			}
-			lastAccepted = time.Now()
-		case r.code() == "sold_out":
-			time.Sleep(10 * time.Millisecond)
-		default:
-			t.Fatalf("second buyer: %d %s", r.Status, r.Raw)
-		}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 	if paidMore != cancelled {
 		t.Fatalf("%d released units sold again and paid (%d resold in all), want %d", paidMore, len(more), cancelled)
@@ -320,5 +356,84 @@ func TestPayAfterDeadline(t *testing.T) {
 	rep := settle(t, h.a, "pd", []string{id}, 10*time.Second)
 	if o.str("status") != "cancelled" || rep.DBStock != 5 || rep.RedisAvailable != 5 {
 		t.Fatalf("after a refused late pay: %s; %+v", o.Raw, rep)
+	}
+}
+
+// TestPayOutOfTimeThenAgain: a payment that runs out of the request's time
+// in the database (here its order row is locked by another transaction past
+// the 5 s request timeout, as a loaded database can hold it) is answered 503
+// unavailable with Retry-After and leaves the order unpaid; the same payment
+// sent again pays it, once, and a third answers 200 with the same order.
+// This is what the tests' payers (harness.pay) and a payer's client rely on.
+func TestPayOutOfTimeThenAgain(t *testing.T) {
+	t.Parallel()
+	// The wait ends by the request's deadline (lock_timeout and
+	// innodb_lock_wait_timeout are 5 s too, but start later), or by the
+	// database's lock timeout first, which a loaded machine can also give
+	// (the cancel of the deadline reaching the database late).
+	for _, lockTimeout := range []bool{false, true} {
+		t.Run(map[bool]string{false: "request_deadline", true: "lock_timeout"}[lockTimeout], func(t *testing.T) {
+			t.Parallel()
+			payOutOfTimeThenAgain(t, lockTimeout)
+		})
+	}
+}
+
+func payOutOfTimeThenAgain(t *testing.T, lockTimeout bool) {
+	cfg := testConfig(t, "external")
+	if lockTimeout {
+		u, err := url.Parse(cfg.DatabaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		if testenv.Dialect() == "mysql" {
+			q.Set("innodb_lock_wait_timeout", "1")
+		} else {
+			q.Set("lock_timeout", "300ms")
+		}
+		u.RawQuery = q.Encode()
+		cfg.DatabaseURL = u.String()
+	}
+	h := newHarness(t, cfg)
+	h.mustPutSKU("pt", 5, 1)
+	id := h.buy("pat", "pt", 1, "").str("order_id")
+	settle(t, h.a, "pt", []string{id}, 10*time.Second)
+
+	ctx := context.Background()
+	tx, err := h.a.store.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Before the harness closes its pool, which waits for this connection.
+	t.Cleanup(func() { _ = tx.Rollback() })
+	var locked string
+	if err := tx.QueryRowContext(ctx, h.a.store.Rebind(`SELECT order_id FROM orders WHERE order_id = ? FOR UPDATE`), id).Scan(&locked); err != nil {
+		t.Fatal(err)
+	}
+	r := h.do(http.MethodPost, "/api/v1/orders/"+id+"/pay", `{"payment_ref":"p-1"}`, "Authorization: Bearer "+userToken(t, "pat"))
+	if r.Status != http.StatusServiceUnavailable || r.code() != "unavailable" {
+		t.Fatalf("pay while its row is held: %d %s, want 503 unavailable", r.Status, r.Raw)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if o := h.do(http.MethodGet, "/api/v1/orders/"+id, "", "Authorization: Bearer "+userToken(t, "pat")); o.str("status") != "pending_payment" {
+		t.Fatalf("after a 503 pay: %s, want pending_payment", o.Raw)
+	}
+	for i := 0; i < 2; i++ {
+		if r := h.pay("pat", id, `{"payment_ref":"p-1"}`); r.Status != http.StatusOK || r.str("status") != "paid" || r.str("payment_ref") != "p-1" {
+			t.Fatalf("pay again (%d): %d %s", i, r.Status, r.Raw)
+		}
+	}
+	var transitions int
+	if err := h.a.store.DB().QueryRowContext(ctx, h.a.store.Rebind(`SELECT count(*) FROM order_transitions WHERE order_id = ? AND to_status = 'paid'`), id).Scan(&transitions); err != nil {
+		t.Fatal(err)
+	}
+	if transitions != 1 {
+		t.Fatalf("%d paid transitions, want 1", transitions)
+	}
+	if rep := settle(t, h.a, "pt", []string{id}, 10*time.Second); rep.LiveUnits != 1 {
+		t.Fatalf("after paying: %+v", rep)
 	}
 }

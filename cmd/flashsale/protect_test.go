@@ -125,10 +125,10 @@ func TestJunkNeverReachesGate(t *testing.T) {
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 	pastStart := time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339)
-	if r := h.putSKU("later", `{"stock":5,"per_user_limit":1,"starts_at":"`+future+`"}`); r.Status != http.StatusCreated {
+	if r := h.putSKUAnswered("later", `{"stock":5,"per_user_limit":1,"starts_at":"`+future+`"}`); !saved(r) {
 		t.Fatal(r.Raw)
 	}
-	if r := h.putSKU("over", `{"stock":5,"per_user_limit":1,"starts_at":"`+pastStart+`","ends_at":"`+past+`"}`); r.Status != http.StatusCreated {
+	if r := h.putSKUAnswered("over", `{"stock":5,"per_user_limit":1,"starts_at":"`+pastStart+`","ends_at":"`+past+`"}`); !saved(r) {
 		t.Fatal(r.Raw)
 	}
 	h.mustPutSKU("live", 3, 1)

@@ -108,10 +108,20 @@ func TestReadyWhileRedisHangs(t *testing.T) {
 	waitReady(t, h, http.StatusOK, `"status":"ok"`, 10*time.Second)
 	rs.Pause()
 	defer rs.Resume()
-	for i := range 10 {
+	// Ten answers while the database answers its own check: one where the
+	// database itself did not answer within the bound (a loaded machine;
+	// a CI run on MariaDB) says nothing about the hung Redis, and is
+	// asked again.
+	db := `"` + testenv.Dialect() + `":"ok"`
+	for i, skipped := 0, 0; i < 10; {
 		r := h.do(http.MethodGet, "/readyz", "")
+		if !strings.Contains(r.Raw, db) && skipped < 20 {
+			skipped++
+			continue
+		}
 		if r.Status != http.StatusOK || !strings.Contains(r.Raw, `"purchases":"redis gate unusable: the database fallback sells"`) {
 			t.Fatalf("/readyz %d with Redis frozen: %d %s", i, r.Status, r.Raw)
 		}
+		i++
 	}
 }

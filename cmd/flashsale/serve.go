@@ -16,12 +16,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/rueidis"
+	"golang.org/x/time/rate"
 
 	"github.com/flashsale/flashsale/internal/apply"
+	"github.com/flashsale/flashsale/internal/buildinfo"
+	"github.com/flashsale/flashsale/internal/buyerpage"
+	"github.com/flashsale/flashsale/internal/crowd"
 	"github.com/flashsale/flashsale/internal/dashboard"
 	"github.com/flashsale/flashsale/internal/deadletter"
 	"github.com/flashsale/flashsale/internal/events"
 	"github.com/flashsale/flashsale/internal/failpoint"
+	"github.com/flashsale/flashsale/internal/fleet"
 	"github.com/flashsale/flashsale/internal/httpapi"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/notice"
@@ -31,7 +36,11 @@ import (
 	"github.com/flashsale/flashsale/internal/reconcile"
 	"github.com/flashsale/flashsale/internal/relay"
 	"github.com/flashsale/flashsale/internal/release"
+	"github.com/flashsale/flashsale/internal/risk"
+	"github.com/flashsale/flashsale/internal/room"
+	"github.com/flashsale/flashsale/internal/salehistory"
 	"github.com/flashsale/flashsale/internal/stockgate"
+	"github.com/flashsale/flashsale/internal/ticket"
 	"github.com/flashsale/flashsale/internal/tracing"
 )
 
@@ -106,15 +115,28 @@ type app struct {
 	catalog    *purchase.Catalog
 	lifecycle  *release.Service
 	reconciler *reconcile.Reconciler
-	sync       *reconcile.Syncer
-	metrics    *metrics.Metrics
-	history    *dashboard.History
-	handler    http.Handler
+	// shadow, if set, compares the live decisions of FLASHSALE_SHADOW_SKUS.
+	shadow *stockgate.Shadow
+	// id names this instance (leases, the fleet's list); fleet is where it
+	// reports itself.
+	id      string
+	fleet   *fleet.Registry
+	sync    *reconcile.Syncer
+	metrics *metrics.Metrics
+	history *dashboard.History
+	handler http.Handler
 	// tracer is nil with tracing off; traceStop flushes and stops it.
 	tracer    *tracing.Tracer
 	traceStop func(context.Context) error
 	// pprofLn, if set, is the profiling endpoints' own listener.
 	pprofLn net.Listener
+
+	room     *room.Room
+	riskSync *risk.Syncer
+	// tally counts purchases per SKU and second; recorder writes the
+	// sale history from every instance's counts.
+	tally    *salehistory.Tally
+	recorder *salehistory.Recorder
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -130,7 +152,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if err := failpoint.Parse(cfg.Failpoints); err != nil {
 		return nil, err
 	}
-	a := &app{cfg: cfg, log: log, metrics: metrics.New(), history: dashboard.NewHistory(dashboard.HistorySamples)}
+	a := &app{cfg: cfg, log: log, metrics: metrics.New(), history: dashboard.NewHistory(dashboard.HistorySamples), id: instanceID()}
 	defer func() {
 		if err != nil {
 			a.close()
@@ -193,11 +215,56 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.sync = reconcile.NewSyncer(a.store, a.gate, a.queue, log)
 	a.catalog = cat
 	ann := notice.NewAnnouncer(a.nc, log)
+	if err = cfg.Risk.Check(); err != nil {
+		return nil, err
+	}
+	riskList := &risk.List{}
+	riskSync := risk.NewSyncer(riskList, a.store, log, risk.DefaultPeriod)
+	if err := riskSync.Refresh(octx, time.Now()); err != nil {
+		log.Warn("risk lists not loaded at start (they block nobody until loaded)", "err", err)
+	}
+	if _, err = risk.Subscribe(a.nc, riskSync); err != nil {
+		return nil, fmt.Errorf("nats: risk notices: %w", err)
+	}
+	riskAnn := risk.NewAnnouncer(a.nc, log)
+	strikes, err := risk.NewStrikes(a.redis, cfg.RedisPrefix, a.store, cfg.Risk, riskAnn.Changed, log)
+	if err != nil {
+		return nil, err
+	}
+	a.riskSync = riskSync
+	if cfg.ChallengeCost < 1 || cfg.ChallengeCost > 1<<20 {
+		return nil, fmt.Errorf("FLASHSALE_CHALLENGE_COST %d: want 1..%d", cfg.ChallengeCost, 1<<20)
+	}
+	tickets, err := ticket.New(ticket.Config{Key: cfg.crowdKey(), TicketTTL: cfg.TicketTTL, Cost: cfg.ChallengeCost, BaseWork: uint32(max(cfg.ChallengeWork, 1)),
+		ChallengeLimit: rate.NewLimiter(rate.Limit(cfg.ChallengeRate), max(1, int(cfg.ChallengeRate/10))),
+		VerifyLimit:    rate.NewLimiter(rate.Limit(cfg.TicketRate), max(1, int(cfg.TicketRate/10))),
+		OnFailure: func(ctx context.Context, user, kind string) {
+			if _, err := strikes.Strike(ctx, user, kind); err != nil {
+				log.Warn("risk strike not counted", "user_id", user, "kind", kind, "err", err)
+			}
+		}},
+		ticket.RedisReplays{Client: a.redis, Prefix: cfg.RedisPrefix})
+	if err != nil {
+		return nil, err
+	}
+	a.room, err = room.New(a.redis, room.Config{Prefix: cfg.RedisPrefix, Key: cfg.crowdKey(), AdmissionTTL: cfg.AdmissionTTL, DefaultRate: cfg.RoomCapacity},
+		a.metrics.RoomObserver(), a.remaining)
+	if err != nil {
+		return nil, err
+	}
+	a.tally = salehistory.NewTally(a.redis, cfg.RedisPrefix)
+	a.recorder = salehistory.NewRecorder(a.tally, a.store, log)
+	a.recorder.Joined = func(ctx context.Context, sku string) (int64, error) {
+		st, err := a.room.Stats(ctx, sku)
+		return st.Joined, err
+	}
+	crowdGate := crowd.Gate{Tickets: tickets, Room: crowd.RoomAdmissions{Room: a.room}}
 	deps := purchase.Deps{
 		Catalog: cat, Gate: purchase.BoundedGate{PingGate: a.gate, Timeout: cfg.RedisTimeout, Observe: a.metrics.Gate}, Relay: a.relay, Orders: a.store,
 		Loader: a.sync, RebuildAll: a.rebuildAll, Log: log, Observer: a.metrics, Breaker: a.metrics,
 		StreamAck: cfg.StreamAck,
-		Limits:    cfg.Protect.Limits(), Announcer: ann, Tracer: a.tracer,
+		Limits:    cfg.Protect.Limits(), Announcer: ann, Tracer: a.tracer, Crowd: crowdGate,
+		Counter: a.tally,
 	}
 	if cfg.FallbackConc > 0 {
 		deps.Direct = a.store
@@ -236,8 +303,9 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	backoff, _ := cfg.backoff()
 	consumer := apply.New(a.store, notice.AnnouncingGate{Gate: a.gate, Announcer: ann}, a.queue, log, a.metrics, apply.Config{
 		Batch: cfg.ApplyBatch, Workers: cfg.ApplyWorkers, MaxDeliver: cfg.MaxDeliver, Backoff: backoff, AckWait: cfg.AckWait, Tracer: a.tracer})
-	live := &dashboard.Live{DB: a.store, Catalog: cat, Gate: a.gate, Queue: a.queue, Breaker: a.buy.BreakerState,
-		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics, Outage: consumer.Outage, Publish: a.publishHealth}
+	a.fleet = fleet.New(a.redis, cfg.RedisPrefix)
+	live := &dashboard.Live{DB: a.store, Catalog: cat, Gate: a.gate, Queue: a.queue, Breaker: a.buy.BreakerState, Fleet: a.fleet,
+		Reconciler: a.reconciler, History: a.history, Metrics: a.metrics, Outage: consumer.Outage, Publish: a.publishHealth, Rooms: a.room}
 	a.handler = httpapi.New(a.buy, a.sync, log, httpapi.Config{
 		Lifecycle: a.lifecycle,
 		Audit:     a.store,
@@ -252,11 +320,22 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		DeadLetters:   deadletter.New(a.queue, a.store, a.gate),
 		Breaker:       a.buy.BreakerState,
 		Dashboard:     dashboard.Handler(),
+		BuyerPage:     buyerpage.Handler(),
 		Overview:      live.Overview,
 		Metrics:       promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{}),
 		Observe:       a.metrics.HTTP,
 		Tracer:        a.tracer,
 		Ready:         a.readyChecks(consumer),
+		Transient:     orderstore.IsTransient,
+		Risk:          risk.Admin{Store: a.store, Changed: riskAnn.Changed},
+		CrowdReady: func(ctx context.Context) ([]string, error) {
+			in, err := a.fleet.Instances(ctx, time.Now())
+			return fleet.Lacking(in, fleet.FeatureCrowd), err
+		},
+		Blocklist: riskList,
+		History:   a.recorder,
+		Crowd: httpapi.Crowd{Gate: crowdGate, Observe: a.metrics.Challenge, Room: a.room,
+			QueueLimit: &httpapi.BuyerLimit{PerSecond: 10}},
 	})
 
 	a.metrics.Registry.MustRegister(live.Collector())
@@ -274,6 +353,9 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() { stockgate.NewJanitor(a.gate, cfg.KeyRetention, log).Run(wctx, time.Minute) })
 	a.goRun(func() { stockgate.NewTransferSweeper(a.gate, cat, log).Run(wctx, time.Second) })
 	a.goRun(func() { live.Recorder().Run(wctx) })
+	a.goRun(func() { a.room.Run(wctx, a.rooms) })
+	a.goRun(func() { a.riskSync.Run(wctx) })
+	a.goRun(func() { a.recorder.Run(wctx, cfg.HistoryEvery, a.catalog.All, a.sampleHistory) })
 	a.goRun(func() { monitor.Run(wctx, cfg.MonitorEvery) })
 	a.goRun(func() { a.lifecycle.RunRestorer(wctx, 500*time.Millisecond) })
 	// Stock changes made outside flashsale are owed to Redis by the database
@@ -281,8 +363,36 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	// once, elsewhere (MySQL) its 500 ms poll finds them.
 	a.goRun(func() { release.ListenRestores(wctx, a.store, a.lifecycle.Kick, a.log) })
 	a.goRun(func() { a.lifecycle.RunSweeper(wctx, cfg.SweepEvery) })
-	a.goRun(func() { a.reconciler.Run(wctx, cfg.ReconcileEvery, a.gate, instanceID(), a.activeSKUs) })
+	a.goRun(func() { a.reconciler.Run(wctx, cfg.ReconcileEvery, a.gate, a.id, a.activeSKUs) })
 	a.goRun(func() { events.New(a.store, a.queue, log).Run(wctx, 250*time.Millisecond) })
+	a.metrics.ReleaseGroup(cfg.ReleaseGroup)
+	skus := cfg.shadowSKUs()
+	if len(skus) > 0 {
+		a.metrics.Shadow("match", 0)
+		a.metrics.Shadow("mismatch", 0)
+		a.shadow = a.gate.NewShadow(stockgate.ShadowConfig{Instance: a.id, Script: cfg.shadowScript, Rate: cfg.ShadowRate, Observe: a.metrics.Shadow, Log: log})
+		log.Info("shadow decisions", "sku_ids", skus, "rate", cfg.ShadowRate)
+		a.goRun(func() {
+			a.shadow.RunSKUs(wctx, skus, func(id string) int {
+				if s, ok := cat.Get(id); ok {
+					return s.BucketCount()
+				}
+				return 0
+			})
+		})
+	}
+	bi, started := buildinfo.Get(), time.Now().UTC()
+	a.goRun(func() {
+		a.fleet.Run(wctx, 5*time.Second, func() fleet.Instance {
+			in := fleet.Instance{ID: a.id, Version: bi.Version, Commit: bi.Commit, Group: cfg.ReleaseGroup, StartedAt: started,
+				Features: []string{fleet.FeatureCrowd}}
+			if a.shadow != nil {
+				st := a.shadow.Stats()
+				in.Shadow = &fleet.ShadowCounts{SKUs: skus, Match: st.Match, Mismatch: st.Mismatch, Dropped: st.Dropped, Same: st.Same}
+			}
+			return in
+		})
+	})
 	return a, nil
 }
 
@@ -306,7 +416,8 @@ func retentionEvery(retention time.Duration) time.Duration {
 // up (TCP and handshake), whatever FLASHSALE_REDIS_TIMEOUT: a busy machine
 // can take longer than a short call deadline to handshake, and a bound
 // that fails every set-up would keep the gate from reconnecting at all.
-const minDialTimeout = time.Second
+// (1 s failed a start in a fresh-clone CI run at load average 8.)
+const minDialTimeout = 3 * time.Second
 
 // openStores connects to the database and Redis.
 func (a *app) openStores(ctx context.Context) (err error) {
@@ -331,6 +442,9 @@ func (a *app) openStores(ctx context.Context) (err error) {
 		return err
 	}
 	a.gate = stockgate.New(a.redis, a.cfg.RedisPrefix)
+	if a.cfg.reserveScript != "" {
+		a.gate.ReplaceReserveScript(a.cfg.reserveScript)
+	}
 	if a.cfg.ClosedRetention > 0 {
 		a.gate.SetClosedRetention(a.cfg.ClosedRetention)
 	}
@@ -505,4 +619,39 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	fmt.Fprintln(stdout, "migrations applied")
 	return nil
+}
+
+// rooms are the waiting rooms the controller runs: every sale with one
+// that has not ended.
+func (a *app) rooms() []room.Settings {
+	now := time.Now()
+	var out []room.Settings
+	for _, s := range a.catalog.All() {
+		if s.Crowd.WaitingRoom && (s.EndsAt.IsZero() || now.Before(s.EndsAt)) {
+			out = append(out, httpapi.RoomSettings(s))
+		}
+	}
+	return out
+}
+
+// remaining is the units a waiting room's sale has left, from the gate.
+func (a *app) remaining(ctx context.Context, sku string) (int64, bool, error) {
+	return a.gate.Available(ctx, sku)
+}
+
+// sampleHistory samples, for every SKU this instance sold in the last few
+// seconds, the gauges the sale history keeps the maximum of: the backlog
+// (reservations in the Redis outbox, not yet in the database) and, for a
+// sale with a waiting room, the buyers waiting.
+func (a *app) sampleHistory(ctx context.Context, now time.Time) {
+	for _, id := range a.tally.Active(now, 3*time.Second) {
+		if n, err := a.gate.OutboxLen(ctx, id); err == nil {
+			_ = a.tally.Sample(ctx, id, salehistory.FieldBacklog, n, now)
+		}
+		if s, ok := a.catalog.Get(id); ok && s.Crowd.WaitingRoom {
+			if st, err := a.room.Stats(ctx, id); err == nil {
+				_ = a.tally.Sample(ctx, id, salehistory.FieldQueue, st.Waiting, now)
+			}
+		}
+	}
 }

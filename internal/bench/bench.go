@@ -62,6 +62,14 @@ type Options struct {
 	ConnHold      time.Duration
 	ConnEvery     time.Duration
 	EmptyEach     bool
+
+	// The opening scenario's (loadgen.OpeningConfig; Duration is its
+	// patience: how long after the opening people wait at most).
+	People   int
+	Bots     int
+	BotRate  float64
+	NoReturn float64
+	Early    time.Duration
 }
 
 // Service is the flashsale the bench measures: the settings it shares with
@@ -140,6 +148,10 @@ func Run(ctx context.Context, o Options, svc Service, args []string, stdout, std
 		return b.memoryTest(ctx, rep, stdout)
 	}
 	var empty *loadgen.Result
+	if o.Scenario == loadgen.Opening && o.Baselines {
+		o.Baselines = false
+		rep.Setup.Notes = append(rep.Setup.Notes, "opening: no baselines (its requests are a visit, not one request; the server's CPU per admitted buyer is the figure)")
+	}
 	if o.Baselines {
 		if empty, err = b.emptyBaseline(ctx, rep); err != nil {
 			return fmt.Errorf("bench: empty handler baseline: %w", err)
@@ -240,7 +252,15 @@ func (o *Options) Validate() ([]string, error) {
 			return nil, fmt.Errorf("-paths: unknown path %q (purchase, sold-out, or scenario alone)", p)
 		}
 	}
-	if _, err := loadgen.NewScenario(loadgen.ScenarioConfig{Name: o.Scenario, Stock: o.Stock, SKUs: o.SKUs, PerUserLimit: o.Limit, RunID: "x"}); err != nil {
+	if o.Scenario == loadgen.Opening {
+		c := loadgen.OpeningConfig{People: o.People, Bots: o.Bots, BotRate: o.BotRate, NoReturn: o.NoReturn, Early: o.Early, Stock: o.Stock, Patience: o.Duration, RunID: "x"}
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+		if len(o.pathList()) > 0 {
+			return nil, errors.New("-scenario opening measures the scenario as a whole: no -paths")
+		}
+	} else if _, err := loadgen.NewScenario(loadgen.ScenarioConfig{Name: o.Scenario, Stock: o.Stock, SKUs: o.SKUs, PerUserLimit: o.Limit, RunID: "x"}); err != nil {
 		return nil, err
 	}
 	if o.Target != "" {
@@ -268,7 +288,7 @@ func (o *Options) Validate() ([]string, error) {
 	list := o.Strategies
 	if list == "" {
 		list = strings.Join(strategy.Names(), ",")
-		if o.Target != "" {
+		if o.Target != "" || o.Scenario == loadgen.Opening {
 			list = strategy.Pipeline
 		}
 	}
@@ -537,6 +557,9 @@ func (b *bench) measure(ctx context.Context, name string, cl *loadgen.Client, st
 		chk.Gate = st.Gate
 	}
 	rc := st.Redis
+	if b.o.Scenario == loadgen.Opening {
+		return b.measureOpening(ctx, name, cl, st)
+	}
 	if len(b.paths) > 0 {
 		return b.measurePaths(ctx, name, cl, chk, rc)
 	}

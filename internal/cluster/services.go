@@ -51,7 +51,14 @@ func StartRedisCluster(t testing.TB, host string) *RedisCluster {
 	}
 	c := &RedisCluster{}
 	for i := 0; i < 6; i++ {
-		port := freePort(t, host)
+		// Below the ephemeral range with its bus port (+10000): a port on
+		// the ephemeral range's top has no bus port (Redis refuses ports
+		// above 55535 in cluster mode), and a bus port in it can be taken
+		// by the local end of any connection.
+		port, err := testenv.FreeClusterPort()
+		if err != nil {
+			t.Fatal(err)
+		}
 		addr := net.JoinHostPort(host, strconv.Itoa(port))
 		dir := t.TempDir()
 		p := chaos.StartProc(t, fmt.Sprintf("redis-%d", i+1), bin, []string{

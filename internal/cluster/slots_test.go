@@ -49,8 +49,26 @@ func TestDatabaseSlotsBehindHAProxy(t *testing.T) {
 	sale := StartSale(c, []chaos.Load{{SKU: "s", Buyers: 100000, Workers: 4, Rate: 40, Tries: 6, For: time.Minute, Users: "s"}})
 	time.Sleep(time.Second)
 
-	hog := testenv.HoldConnections(t, db)
+	// The instances are paused while the hog takes the slots, so that none
+	// of them reconnects into a slot the hog just freed; HAProxy may count a
+	// failed check meanwhile, so it is given the instances back (UP) first.
+	hog := testenv.HoldConnectionsPaused(t, db,
+		func() {
+			for _, s := range svcs {
+				s.Freeze()
+			}
+		},
+		func() {
+			for _, s := range svcs {
+				s.Thaw()
+			}
+		})
 	t.Logf("another client holds all %d connection slots", hog.Held())
+	for i := range svcs {
+		if _, err := lb.WaitState(serverName(i), "UP", 15*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
 	before := sale.Accepted()
 	// Each instance's /readyz says why it is degraded; HAProxy keeps both.
 	for i, s := range svcs {

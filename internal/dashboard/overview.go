@@ -7,10 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/fleet"
 	"github.com/flashsale/flashsale/internal/metrics"
 	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/reconcile"
+	"github.com/flashsale/flashsale/internal/room"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
 )
@@ -51,6 +53,21 @@ type Live struct {
 	// Outage, if set, reports the consumer's wait for a database that
 	// refuses writes (apply.Consumer.Outage).
 	Outage func() (since time.Time, reason string, ok bool)
+	// Fleet, if set, lists the running instances and the canary trial.
+	Fleet Fleet
+	// Rooms, if set, reads the waiting rooms (room.Room).
+	Rooms Rooms
+}
+
+// Rooms reads a sale's waiting room (room.Room.Stats).
+type Rooms interface {
+	Stats(ctx context.Context, sku string) (room.Stats, error)
+}
+
+// Fleet is where instances report themselves (fleet.Registry).
+type Fleet interface {
+	Instances(ctx context.Context, now time.Time) ([]fleet.Instance, error)
+	Canary(ctx context.Context) (*fleet.Canary, error)
 }
 
 // DB is the database of record (orderstore.Store): the sales'
@@ -98,8 +115,42 @@ type overview struct {
 	Reconcile *reconcile.Report `json:"reconcile"` // this instance's last reconcile pass; null before the first
 	// History is this instance's recent samples of the charted figures
 	// (the last ten minutes), so that a page opened now draws at once.
-	History *Series           `json:"history"`
-	Errors  map[string]string `json:"errors,omitempty"`
+	History *Series `json:"history"`
+	// Release is what runs: every instance's version and group, and the
+	// canary trial (null without a Fleet).
+	Release *releaseOverview `json:"release"`
+	// Crowd is this instance's challenge and waiting-room counters and
+	// every listed sale's waiting room.
+	Crowd  crowdOverview     `json:"crowd"`
+	Errors map[string]string `json:"errors,omitempty"`
+}
+
+// crowdOverview is tickets and waiting rooms.
+type crowdOverview struct {
+	metrics.Crowd
+	// EtaErrorP50 and EtaErrorP90 are the waiting rooms' ETA error
+	// (seconds, absolute) since this instance started; null before any.
+	EtaErrorP50 *float64       `json:"eta_error_p50_s"`
+	EtaErrorP90 *float64       `json:"eta_error_p90_s"`
+	Rooms       []roomOverview `json:"rooms"`
+}
+
+// roomOverview is one sale's waiting room as the controller last wrote it.
+type roomOverview struct {
+	SKU      string  `json:"sku_id"`
+	Joined   int64   `json:"joined"`
+	Waiting  int64   `json:"waiting"`
+	Admitted int64   `json:"admitted"`
+	Rate     float64 `json:"rate"`
+	Avail    *int64  `json:"avail"`
+	Lottery  *int64  `json:"lottery"` // buyers in the opening's lottery; null before the draw
+}
+
+// releaseOverview is the fleet during a release.
+type releaseOverview struct {
+	Instances []fleet.Instance `json:"instances"`
+	// Canary is the last canary trial (null: none ever ran).
+	Canary *fleet.Canary `json:"canary"`
 }
 
 // saleOverview is one sale: configuration from PostgreSQL, live figures from
@@ -194,6 +245,23 @@ func (l *Live) overview(ctx context.Context) (overview, error) {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { l.overviewPipeline(ctx, &ov.Pipeline, fail) })
+	if l.Fleet != nil {
+		ov.Release = &releaseOverview{Instances: []fleet.Instance{}}
+		wg.Go(func() {
+			fctx, cancel := context.WithTimeout(ctx, overviewTimeout)
+			defer cancel()
+			if in, err := l.Fleet.Instances(fctx, now); err != nil {
+				fail("redis", err)
+			} else {
+				ov.Release.Instances = in
+			}
+			if c, err := l.Fleet.Canary(fctx); err != nil {
+				fail("redis", err)
+			} else {
+				ov.Release.Canary = c
+			}
+		})
+	}
 
 	// The database's figures are fresh; the catalog (refreshed every few
 	// seconds) stands in while the database does not answer.
@@ -227,6 +295,28 @@ func (l *Live) overview(ctx context.Context) (overview, error) {
 	}
 	snap := l.Metrics.Snapshot()
 	ov.Counters = countersOverview{Snapshot: snap, OrderLatency: latencyOf(snap.Latency[overviewRoute])}
+	ov.Crowd = crowdOverview{Crowd: l.Metrics.CrowdSnapshot(), Rooms: []roomOverview{}}
+	ov.Crowd.EtaErrorP50, ov.Crowd.EtaErrorP90 = quantile(ov.Crowd.EtaError, .5), quantile(ov.Crowd.EtaError, .9)
+	if l.Rooms != nil {
+		for _, s := range skus {
+			if !s.Crowd.WaitingRoom {
+				continue
+			}
+			st, err := l.Rooms.Stats(rctx, s.ID)
+			if err != nil {
+				fail("redis", err)
+				continue
+			}
+			ro := roomOverview{SKU: s.ID, Joined: st.Joined, Waiting: st.Waiting, Admitted: st.Admitted, Rate: st.Rate}
+			if st.AvailKnown {
+				ro.Avail = &st.Avail
+			}
+			if st.Drawn {
+				ro.Lottery = &st.Lottery
+			}
+			ov.Crowd.Rooms = append(ov.Crowd.Rooms, ro)
+		}
+	}
 	wg.Wait()
 
 	for i, s := range skus {
@@ -323,6 +413,14 @@ func (l *Live) overviewPipeline(ctx context.Context, p *pipelineOverview, fail f
 	} else {
 		p.DeadLetters = &n
 	}
+}
+
+func quantile(h metrics.Histogram, q float64) *float64 {
+	v, ok := h.Quantile(q)
+	if !ok {
+		return nil
+	}
+	return &v
 }
 
 func latencyOf(h metrics.Histogram) latencyOverview {

@@ -51,16 +51,30 @@ func Sale(ctx context.Context, c Config, out io.Writer) error {
 	base, sku, buyers, stock, conc := c.Base, c.SKU, c.Buyers, c.Stock, c.Concurrency
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
 	body := fmt.Sprintf(`{"stock":%d,"per_user_limit":1,"ends_at":%q}`, stock, Ends(sku))
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/admin/v1/skus/"+sku, bytes.NewBufferString(body))
-	req.Header.Set("Authorization", "Bearer "+c.AdminToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("creating demo sale: HTTP %d", resp.StatusCode)
+	// A 503 (retry shortly: the sale's first load into Redis outlasted the
+	// request's time on a busy machine) is sent again, as any client
+	// does: a PUT is a replacement, safe to repeat, and a retry of one
+	// that committed is answered 200.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, base+"/admin/v1/skus/"+sku, bytes.NewBufferString(body))
+		req.Header.Set("Authorization", "Bearer "+c.AdminToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusOK {
+			break
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return fmt.Errorf("creating demo sale: HTTP %d", resp.StatusCode)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	fmt.Fprintf(out, "sale %s: %d units, 1 per buyer; %d buyers (%d at once), one in five clicks twice\n", sku, stock, buyers, conc)
 
@@ -138,6 +152,7 @@ func Sale(ctx context.Context, c Config, out io.Writer) error {
 	fmt.Fprint(out, "waiting for every accepted purchase to reach the database... ")
 	deadline := time.Now().Add(60 * time.Second)
 	var rep invariant.Report
+	var err error
 	for {
 		rep, err = invariant.Check(ctx, c.DB, c.Gate, sku, accepted, true)
 		if err != nil {

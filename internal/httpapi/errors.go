@@ -12,7 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/room"
 	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/ticket"
 )
 
 // errorCodes maps an error to its HTTP status, stable machine-readable code
@@ -28,11 +30,28 @@ var errorCodes = []struct {
 	message string
 }{
 	{sale.ErrInvalidBuckets, http.StatusBadRequest, "invalid_buckets", "buckets must be a whole number 1..64."},
+	{ticket.ErrMalformed, http.StatusBadRequest, "solution_malformed", "The payload is not a solved challenge (base64 of the altcha widget's JSON)."},
+	{ticket.ErrForged, http.StatusForbidden, "challenge_forged", "The challenge was not issued by this service."},
+	{ticket.ErrWrongSolution, http.StatusForbidden, "solution_wrong", "The challenge is not solved; it is spent: get a new one."},
+	{ticket.ErrExpired, http.StatusGone, "challenge_expired", "The challenge has expired: get a new one."},
+	{ticket.ErrOtherBuyer, http.StatusForbidden, "challenge_other_buyer", "The challenge was issued to another buyer."},
+	{ticket.ErrOtherSale, http.StatusForbidden, "challenge_other_sale", "The challenge was issued for another sale (or before this one was rescheduled)."},
+	{ticket.ErrReplayed, http.StatusConflict, "challenge_used", "The challenge has already been used: get a new one."},
+	{ticket.ErrNotOpen, http.StatusConflict, "tickets_not_open", "Tickets for this sale are not handed out yet."},
+	{ticket.ErrNotRequired, http.StatusConflict, "ticket_not_required", "This sale needs no ticket."},
+	{sale.ErrTicketRequired, http.StatusForbidden, "ticket_required", "This sale needs a valid ticket: solve its challenge first."},
+	{sale.ErrNotAdmitted, http.StatusForbidden, "not_admitted", "This sale has a waiting room: buy once it admits you."},
+	{errFleetNotReady, http.StatusConflict, "fleet_not_ready", "An instance runs a release that does not enforce tickets or waiting rooms; nothing was changed."},
+	{errNoWaitingRoom, http.StatusConflict, "no_waiting_room", "This sale has no waiting room: buy directly."},
+	{room.ErrNotInQueue, http.StatusNotFound, "not_in_queue", "You have not joined this sale's waiting room: join it first (POST)."},
+	{room.ErrUnavailable, http.StatusServiceUnavailable, "room_unavailable", "The waiting room cannot answer now; keep your place and retry shortly."},
 	{sale.ErrInvalid, http.StatusBadRequest, "invalid_request", "The request is invalid."},
 	{errUnauthenticated, http.StatusUnauthorized, "unauthenticated", "Authentication is missing or not valid."},
 	{errAdminDisabled, http.StatusForbidden, "admin_disabled", "The admin API is disabled on this instance."},
+	{sale.ErrBlocked, http.StatusForbidden, "blocked", "You may not take part in this sale. If you think this is a mistake, contact support."},
 	{sale.ErrUnknownSKU, http.StatusNotFound, "unknown_sku", "There is no sale for this SKU."},
 	{sale.ErrOrderNotFound, http.StatusNotFound, "order_not_found", "There is no such order."},
+	{sale.ErrUnknownRiskEntry, http.StatusNotFound, "unknown_risk_entry", "There is no such risk list entry (or it was removed)."},
 	{errNotFound, http.StatusNotFound, "not_found", "There is no such route."},
 	{errMethod, http.StatusMethodNotAllowed, "method_not_allowed", "The route does not allow this method."},
 	{sale.ErrSoldOut, http.StatusConflict, "sold_out", "Fewer units are left than asked for."},
@@ -44,6 +63,7 @@ var errorCodes = []struct {
 	{sale.ErrOrderExpired, http.StatusConflict, "order_expired", "The order was cancelled or its payment deadline has passed."},
 	{sale.ErrOrderPaid, http.StatusConflict, "order_paid", "The order is paid."},
 	{sale.ErrOrderFailed, http.StatusConflict, "order_failed", "The order failed: it never held stock."},
+	{sale.ErrNoHistory, http.StatusConflict, "no_history", "The sale has not started, or nothing of it was counted yet: there is nothing to record."},
 	{sale.ErrOrderQueued, http.StatusConflict, "order_queued", "The order is still queued; retry in a moment."},
 	{errCallbackDisabled, http.StatusForbidden, "callback_disabled", "Payment callbacks are disabled: no payment secret is configured."},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "body_too_large", "The request body is larger than 8 KiB."},
@@ -58,7 +78,13 @@ var errorCodes = []struct {
 	// ran out of its time (the request's deadline passed in a database or
 	// Redis call), which a retry may finish; never a fault of the service.
 	{context.DeadlineExceeded, http.StatusServiceUnavailable, "unavailable", "The service is temporarily unavailable; retry shortly."},
+	// A failure Config.Transient calls transient (a lock wait the database
+	// gave up, a lost connection): a retry may not meet it.
+	{errTransient, http.StatusServiceUnavailable, "unavailable", "The service is temporarily unavailable; retry shortly."},
 }
+
+// errTransient marks an error Config.Transient calls transient.
+var errTransient = errors.New("transient failure")
 
 // internalMessage is the message of 500 internal.
 const internalMessage = "Internal error."

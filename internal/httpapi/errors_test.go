@@ -101,3 +101,48 @@ func TestRequestOutOfTimeIsUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// failingLifecycle is a Lifecycle whose calls fail at once with err.
+type failingLifecycle struct{ err error }
+
+func (f failingLifecycle) Pay(context.Context, string, string, string) (sale.Order, error) {
+	return sale.Order{}, f.err
+}
+
+func (f failingLifecycle) Cancel(context.Context, string, string) (sale.Order, error) {
+	return sale.Order{}, f.err
+}
+
+// TestTransientIsUnavailable: a failure Config.Transient calls transient (a
+// lock wait the database gave up: a pay under a crowd answered 500 and the
+// payer did not retry) is answered 503 unavailable with Retry-After; a
+// transient failure that also carries a specific error keeps that error's
+// code, and a failure that is not transient stays 500.
+func TestTransientIsUnavailable(t *testing.T) {
+	lockTimeout := errors.New("ERROR: canceling statement due to lock timeout (SQLSTATE 55P03)")
+	transient := func(err error) bool { return errors.Is(err, lockTimeout) }
+	tok, err := Sign("s3cret", "u1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fmt.Errorf("orderstore: pay x: %w", lockTimeout), 503, "unavailable"},
+		{fmt.Errorf("%w (%w)", sale.ErrOrderExpired, lockTimeout), 409, "order_expired"},
+		{errors.New("a bug"), 500, "internal"},
+	} {
+		s := New(nil, nil, slog.New(slog.DiscardHandler), Config{Users: NewUserAuth("s3cret"), Lifecycle: failingLifecycle{tc.err}, Transient: transient})
+		req := httptest.NewRequest(http.MethodPost, "/api/v1/orders/01a23b0b-7c78-8b5b-97fc-00dfc22dc57f/pay", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		var b errorBody
+		_ = json.Unmarshal(rec.Body.Bytes(), &b)
+		if rec.Code != tc.status || b.Error.Code != tc.code || (tc.status == 503) != (rec.Header().Get("Retry-After") != "") {
+			t.Errorf("%v: %d %s (Retry-After %q), want %d %s", tc.err, rec.Code, b.Error.Code, rec.Header().Get("Retry-After"), tc.status, tc.code)
+		}
+	}
+}

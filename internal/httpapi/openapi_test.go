@@ -40,7 +40,8 @@ func TestSpecCoversRoutes(t *testing.T) {
 	ok := func(ctx context.Context) (any, error) { return nil, nil }
 	s := New(nil, nil, slog.New(slog.DiscardHandler), Config{
 		DeadLetters: struct{ DeadLetters }{}, Lifecycle: struct{ Lifecycle }{}, Audit: struct{ AuditReader }{},
-		Reconcile: ok, Overview: ok, Metrics: http.NotFoundHandler(), Dashboard: http.NotFoundHandler(),
+		Reconcile: ok, Overview: ok, Metrics: http.NotFoundHandler(), Dashboard: http.NotFoundHandler(), BuyerPage: http.NotFoundHandler(), Risk: struct{ RiskAdmin }{},
+		History: struct{ HistoryAdmin }{},
 	})
 	var routes []string
 	for _, p := range s.Routes() {

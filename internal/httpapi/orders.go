@@ -36,6 +36,8 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	key := headerValue(r.Header, "Idempotency-Key")
 	res, err := s.buy.Buy(r.Context(), purchase.Request{
 		User: userOf(r), SKU: req.SKU, Quantity: req.Quantity, IdempotencyKey: key, ClientIP: peerIP(r),
+		Ticket: headerValue(r.Header, "Flashsale-Ticket"), Admission: headerValue(r.Header, "Flashsale-Admission"),
+		Blocked: s.Blocked(r, userOf(r)),
 	})
 	if errors.Is(err, sale.ErrInvalid) {
 		return orderInputError(err, req.SKU, req.Quantity, key)

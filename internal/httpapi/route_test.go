@@ -21,6 +21,7 @@ import (
 func TestRoutingAnswers(t *testing.T) {
 	s := New(nil, nil, slog.New(slog.DiscardHandler), Config{
 		Dashboard: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("dash")) }),
+		BuyerPage: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("buyer " + r.URL.Path)) }),
 	})
 	cases := []struct {
 		method, path string
@@ -37,6 +38,10 @@ func TestRoutingAnswers(t *testing.T) {
 		{"GET", "/dashboard", 307, "Location=/dashboard/", ""},
 		{"GET", "/dashboard/x", 200, "", "dash"},
 		{"GET", "/", 302, "Location=/dashboard/", ""},
+		{"GET", "/sale/phone-1", 200, "", "buyer /sale/phone-1"},
+		{"GET", "/sale/assets/app.js", 200, "", "buyer /sale/assets/app.js"},
+		{"GET", "/sale/a/b", 404, "", `"not_found"`},
+		{"POST", "/sale/phone-1", 405, "Allow=GET", `"method_not_allowed"`},
 		{"GET", "/healthz", 200, "Cache-Control=no-store", `"ok"`},
 		{"HEAD", "/healthz", 200, "", ""},
 	}

@@ -5,7 +5,8 @@
 // Files by concern: server.go (the Server, its routes on one screen, the
 // request state and middleware), orders.go (the buyer's routes: purchase,
 // order, pay, cancel, the payment callback), skus.go (a sale's routes:
-// read, create, change, restock, warm up), ops.go (operations: health,
+// read, create, change, restock, warm up), risk.go (the risk lists' admin
+// routes and the check the buyer routes make), ops.go (operations: health,
 // readiness, audit, dead letters, the OpenAPI document), errors.go (the
 // error table), auth.go and jwt.go (tokens), decode.go (the order body),
 // protect.go and headerlimit.go (limits), drain.go (shutdown).
@@ -84,10 +85,18 @@ type Config struct {
 	// Dashboard, if set, is the operators' page, served under /dashboard/
 	// (and / redirects there).
 	Dashboard http.Handler
+	// BuyerPage, if set, is the buyers' page of a sale, served at
+	// /sale/{sku_id} with its files under /sale/assets/ (internal/buyerpage).
+	BuyerPage http.Handler
 	// Overview, if set, answers GET /admin/v1/overview: the live state of
 	// every sale and of the pipeline, as JSON (the dashboard's data).
 	Overview func(ctx context.Context) (any, error)
 	Ready    []Checker
+	// Transient, if set, tells a failure a retry may not meet (a lock wait
+	// the database gave up, a connection lost: orderstore.IsTransient):
+	// such an error without a more specific code answers 503 unavailable
+	// with Retry-After, not 500.
+	Transient func(error) bool
 	// Timeout bounds the work of one request (default 5s).
 	Timeout time.Duration
 	// Metrics, if set, is served at /metrics.
@@ -104,6 +113,19 @@ type Config struct {
 	Proxies *Proxies
 	// Tracer, if set, traces every routed request (trace.go).
 	Tracer *tracing.Tracer
+	// Crowd serves tickets, the waiting room and the risk lists (crowd.go).
+	Crowd Crowd
+	// CrowdReady, if set, returns the running instances that do not
+	// enforce tickets and waiting rooms (an older release): while there
+	// are any, an admin change turning either on is refused (409
+	// fleet_not_ready), since those instances would sell without asking.
+	CrowdReady func(ctx context.Context) ([]string, error)
+	// Risk, if set, serves the risk list admin routes (risk.go); Blocklist,
+	// if set, is what Server.Blocked checks buyers against.
+	Risk      RiskAdmin
+	Blocklist Blocklist
+	// History, if set, serves the sale history admin routes (history.go).
+	History HistoryAdmin
 }
 
 // Server is the HTTP API.
@@ -156,7 +178,20 @@ func (s *Server) routes() {
 	}
 	s.handle("POST /admin/v1/dlq/{seq}/replay", s.admin_(s.dlqAction(true)))
 	s.handle("POST /admin/v1/dlq/{seq}/discard", s.admin_(s.dlqAction(false)))
+	if s.cfg.Risk != nil {
+		s.handle("GET /admin/v1/risk", s.admin_(s.listRisk))
+		s.handle("POST /admin/v1/risk", s.admin_(s.addRisk))
+		s.handle("DELETE /admin/v1/risk/{id}", s.admin_(s.removeRisk))
+	}
+	if s.cfg.History != nil {
+		s.handle("GET /admin/v1/history", s.admin_(s.listHistory))
+		s.handle("POST /admin/v1/history/{sku_id}", s.admin_(s.recordHistory))
+	}
 	s.handle("GET /api/v1/skus/{sku_id}", s.limited(s.getSKU))
+	s.handle("GET /api/v1/skus/{sku_id}/challenge", s.limited(s.user(s.getChallenge)))
+	s.handle("POST /api/v1/skus/{sku_id}/ticket", s.limited(s.user(s.postTicket)))
+	s.handle("POST /api/v1/skus/{sku_id}/queue", s.limited(s.user(s.joinQueue)))
+	s.handle("GET /api/v1/skus/{sku_id}/queue", s.limited(s.user(s.getQueue)))
 	s.handle(ordersPattern, s.limited(s.user(s.createOrder)))
 	s.handle("GET /api/v1/orders/{order_id}", s.limited(s.user(s.getOrder)))
 	if s.cfg.Lifecycle != nil {
@@ -183,6 +218,10 @@ func (s *Server) routes() {
 	if s.cfg.Dashboard != nil {
 		s.handleRaw("GET /dashboard/", s.cfg.Dashboard)
 		s.handleRaw("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
+	}
+	if s.cfg.BuyerPage != nil {
+		s.handleRaw("GET /sale/{sku_id}", s.cfg.BuyerPage)
+		s.handleRaw("GET /sale/assets/", s.cfg.BuyerPage)
 	}
 }
 
@@ -345,6 +384,10 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 				// retry may finish it: 503, not 500. Only this error: any
 				// other keeps its code, a bug on a slow request included.
 				err = fmt.Errorf("%w (%w)", err, context.DeadlineExceeded)
+			} else if s.cfg.Transient != nil && s.cfg.Transient(err) {
+				// The last entry of errorCodes: a more specific error
+				// wrapped in err keeps its code.
+				err = fmt.Errorf("%w (%w)", err, errTransient)
 			}
 			writeErrorFor(w, r, s.log, err, rid, pattern)
 		}
@@ -397,7 +440,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, pattern := s.mux.Handler(probe); pattern != "" {

@@ -2,10 +2,12 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/orderstore"
@@ -20,6 +22,13 @@ type putSKURequest struct {
 	EndsAt       *time.Time `json:"ends_at"`
 	// Buckets is the number of stock buckets (default 1).
 	Buckets *int `json:"buckets"`
+	// The crowd settings (docs/crowd.md); absent: off.
+	TicketRequired *bool      `json:"ticket_required"`
+	TicketsOpenAt  *time.Time `json:"tickets_open_at"`
+	WaitingRoom    *bool      `json:"waiting_room"`
+	AdmissionRate  *int64     `json:"admission_rate"`
+	// Tag groups similar sales for the capacity forecast; absent: none.
+	Tag *string `json:"tag"`
 }
 
 // badBuckets is the 400 invalid_buckets of a number of buckets out of range.
@@ -32,7 +41,26 @@ type skuResponse struct {
 	StartsAt     *apiTime `json:"starts_at"`
 	EndsAt       *apiTime `json:"ends_at"`
 	State        string   `json:"state"`
+	crowdJSON
 }
+
+// crowdJSON is a sale's crowd settings as every SKU route answers them.
+type crowdJSON struct {
+	TicketRequired bool     `json:"ticket_required"`
+	TicketsOpenAt  *apiTime `json:"tickets_open_at"`
+	WaitingRoom    bool     `json:"waiting_room"`
+	AdmissionRate  int64    `json:"admission_rate"`
+}
+
+func crowdOf(c sale.Crowd) crowdJSON {
+	return crowdJSON{TicketRequired: c.TicketRequired, TicketsOpenAt: timePtr(c.TicketsOpenAt), WaitingRoom: c.WaitingRoom, AdmissionRate: c.AdmissionRate}
+}
+
+// badTag is the 400 of a tag that is not one.
+var badTag = invalid("tag must be \"\" (none) or 1-64 of A-Z a-z 0-9 _ -")
+
+// badAdmissionRate is the 400 of an admission rate out of range.
+var badAdmissionRate = invalid("admission_rate must be a whole number 0..%d (0: derived from the stock and the gate's capacity)", sale.MaxAdmissionRate)
 
 // adminSKUResponse is the sale as every admin SKU route answers it, with
 // its allocation: stock (= total_stock) units offered, sold of them held by
@@ -47,12 +75,15 @@ type adminSKUResponse struct {
 	StartsAt     *apiTime `json:"starts_at"`
 	EndsAt       *apiTime `json:"ends_at"`
 	Buckets      int      `json:"buckets"`
-	Created      bool     `json:"created"`
+	crowdJSON
+	Tag     string `json:"tag"`
+	Created bool   `json:"created"`
 }
 
 func adminSKUJSON(sku sale.SKU, created bool) adminSKUResponse {
 	return adminSKUResponse{SKU: sku.ID, Stock: sku.TotalStock, TotalStock: sku.TotalStock, Sold: sku.TotalStock - sku.Stock,
-		DBStock: sku.Stock, PerUserLimit: sku.PerUserLimit, StartsAt: timePtr(sku.StartsAt), EndsAt: timePtr(sku.EndsAt), Buckets: sku.BucketCount(), Created: created}
+		DBStock: sku.Stock, PerUserLimit: sku.PerUserLimit, StartsAt: timePtr(sku.StartsAt), EndsAt: timePtr(sku.EndsAt), Buckets: sku.BucketCount(),
+		crowdJSON: crowdOf(sku.Crowd), Tag: sku.Tag, Created: created}
 }
 
 // getAdminSKU answers the sale as the database has it, with its allocation.
@@ -85,10 +116,29 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 		return invalid("per_user_limit is required, 1..%d", sale.MaxPerUserLimit)
 	case req.Buckets != nil && (*req.Buckets < 1 || *req.Buckets > sale.MaxBuckets):
 		return badBuckets
+	case req.AdmissionRate != nil && (*req.AdmissionRate < 0 || *req.AdmissionRate > sale.MaxAdmissionRate):
+		return badAdmissionRate
+	case req.Tag != nil && !sale.ValidTag(*req.Tag):
+		return badTag
 	}
 	c := orderstore.SKUChange{ID: id, TotalStock: *req.Stock, PerUserLimit: *req.PerUserLimit, Buckets: 1}
 	if req.Buckets != nil {
 		c.Buckets = *req.Buckets
+	}
+	if req.Tag != nil {
+		c.Tag = *req.Tag
+	}
+	if req.TicketRequired != nil {
+		c.Crowd.TicketRequired = *req.TicketRequired
+	}
+	if req.TicketsOpenAt != nil {
+		c.Crowd.TicketsOpenAt = req.TicketsOpenAt.UTC()
+	}
+	if req.WaitingRoom != nil {
+		c.Crowd.WaitingRoom = *req.WaitingRoom
+	}
+	if req.AdmissionRate != nil {
+		c.Crowd.AdmissionRate = *req.AdmissionRate
 	}
 	if req.StartsAt != nil {
 		c.StartsAt = req.StartsAt.UTC()
@@ -98,6 +148,11 @@ func (s *Server) putSKU(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := checkWindow(c); err != nil {
 		return err
+	}
+	if c.Crowd.TicketRequired || c.Crowd.WaitingRoom {
+		if err := s.crowdReady(r.Context()); err != nil {
+			return err
+		}
 	}
 	sku, created, err := s.admin.Put(r.Context(), c)
 	if err != nil {
@@ -121,9 +176,36 @@ func changeError(err error) error {
 	return err
 }
 
+// crowdReady refuses (409 fleet_not_ready) while an instance that does not
+// enforce tickets and waiting rooms runs: it would sell such a sale to
+// anyone. Instances of releases before the registry do not report at all:
+// turn the settings on once the rollout is over (docs/crowd.md).
+func (s *Server) crowdReady(ctx context.Context) error {
+	if s.cfg.CrowdReady == nil {
+		return nil
+	}
+	ids, err := s.cfg.CrowdReady(ctx)
+	if err != nil {
+		return errors.Join(sale.ErrUnavailable, err)
+	}
+	if len(ids) > 0 {
+		return &publicError{base: errFleetNotReady, msg: fmt.Sprintf(
+			"Instances %s run a release that does not enforce tickets or waiting rooms; finish the rollout, then turn them on. Nothing was changed.",
+			strings.Join(ids, ", "))}
+	}
+	return nil
+}
+
+// errFleetNotReady is the 409 of turning tickets or a waiting room on
+// while an older release runs.
+var errFleetNotReady = errors.New("an instance does not enforce tickets or waiting rooms")
+
 func checkWindow(c orderstore.SKUChange) error {
 	if !c.StartsAt.IsZero() && !c.EndsAt.IsZero() && !c.EndsAt.After(c.StartsAt) {
 		return invalid("ends_at must be after starts_at")
+	}
+	if t := c.Crowd.TicketsOpenAt; !t.IsZero() && !c.StartsAt.IsZero() && t.After(c.StartsAt) {
+		return invalid("tickets_open_at must not be after starts_at")
 	}
 	return nil
 }
@@ -138,6 +220,14 @@ type patchSKURequest struct {
 	StartsAt     json.RawMessage `json:"starts_at"`
 	EndsAt       json.RawMessage `json:"ends_at"`
 	Buckets      json.RawMessage `json:"buckets"`
+	// The crowd settings: booleans and a rate are not nullable;
+	// tickets_open_at null clears it.
+	TicketRequired json.RawMessage `json:"ticket_required"`
+	TicketsOpenAt  json.RawMessage `json:"tickets_open_at"`
+	WaitingRoom    json.RawMessage `json:"waiting_room"`
+	AdmissionRate  json.RawMessage `json:"admission_rate"`
+	// Tag: a string; null or "" clears it.
+	Tag json.RawMessage `json:"tag"`
 }
 
 // patchSKU changes only the fields the body names, computed from the sale
@@ -167,6 +257,36 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request) error {
 			return badBuckets
 		}
 	}
+	var tag *string
+	if req.Tag != nil {
+		if err := decodeJSON(req.Tag, &tag); err != nil || (tag != nil && !sale.ValidTag(*tag)) {
+			return badTag
+		}
+	}
+	var ticketRequired, waitingRoom *bool
+	var ticketsOpenAt *time.Time
+	var admissionRate *int64
+	if req.AdmissionRate != nil {
+		if err := decodeJSON(req.AdmissionRate, &admissionRate); err != nil || admissionRate == nil || *admissionRate < 0 || *admissionRate > sale.MaxAdmissionRate {
+			return badAdmissionRate
+		}
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  **bool
+	}{{"ticket_required", req.TicketRequired, &ticketRequired}, {"waiting_room", req.WaitingRoom, &waitingRoom}} {
+		if f.raw != nil {
+			if err := decodeJSON(f.raw, f.dst); err != nil || *f.dst == nil {
+				return invalid("field %q must be true or false", f.name)
+			}
+		}
+	}
+	if req.TicketsOpenAt != nil {
+		if err := decodeJSON(req.TicketsOpenAt, &ticketsOpenAt); err != nil {
+			return invalid("field %q must be an RFC 3339 time string or null", "tickets_open_at")
+		}
+	}
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
@@ -188,9 +308,30 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request) error {
 		return invalid("per_user_limit must be 1..%d", sale.MaxPerUserLimit)
 	}
 	sku, err := s.admin.Patch(r.Context(), id, func(cur sale.SKU) (orderstore.SKUChange, error) {
-		c := orderstore.SKUChange{ID: id, TotalStock: cur.TotalStock, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt, Buckets: cur.BucketCount()}
+		c := orderstore.SKUChange{ID: id, TotalStock: cur.TotalStock, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt, Buckets: cur.BucketCount(), Crowd: cur.Crowd, Tag: cur.Tag}
 		if buckets != nil {
 			c.Buckets = *buckets
+		}
+		if req.Tag != nil {
+			c.Tag = ""
+			if tag != nil {
+				c.Tag = *tag
+			}
+		}
+		if ticketRequired != nil {
+			c.Crowd.TicketRequired = *ticketRequired
+		}
+		if waitingRoom != nil {
+			c.Crowd.WaitingRoom = *waitingRoom
+		}
+		if admissionRate != nil {
+			c.Crowd.AdmissionRate = *admissionRate
+		}
+		if req.TicketsOpenAt != nil {
+			c.Crowd.TicketsOpenAt = time.Time{}
+			if ticketsOpenAt != nil {
+				c.Crowd.TicketsOpenAt = ticketsOpenAt.UTC()
+			}
 		}
 		if stock != nil {
 			c.TotalStock = *stock
@@ -208,6 +349,11 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request) error {
 			c.EndsAt = time.Time{}
 			if endsAt != nil {
 				c.EndsAt = endsAt.UTC()
+			}
+		}
+		if (c.Crowd.TicketRequired && !cur.Crowd.TicketRequired) || (c.Crowd.WaitingRoom && !cur.Crowd.WaitingRoom) {
+			if err := s.crowdReady(r.Context()); err != nil {
+				return c, err
 			}
 		}
 		return c, checkWindow(c)
@@ -246,7 +392,7 @@ func (s *Server) restockSKU(w http.ResponseWriter, r *http.Request) error {
 		if total < 0 || total > sale.MaxStock {
 			return orderstore.SKUChange{}, invalid("delta %d would take stock from %d to %d, outside 0..%d", delta, cur.TotalStock, total, sale.MaxStock)
 		}
-		return orderstore.SKUChange{ID: id, TotalStock: total, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt, Buckets: cur.BucketCount()}, nil
+		return orderstore.SKUChange{ID: id, TotalStock: total, PerUserLimit: cur.PerUserLimit, StartsAt: cur.StartsAt, EndsAt: cur.EndsAt, Buckets: cur.BucketCount(), Crowd: cur.Crowd, Tag: cur.Tag}, nil
 	})
 	if err != nil {
 		return changeError(err)
@@ -285,6 +431,6 @@ func (s *Server) getSKU(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, skuResponse{SKU: v.SKU.ID, Available: v.Available, PerUserLimit: v.SKU.PerUserLimit,
-		StartsAt: timePtr(v.SKU.StartsAt), EndsAt: timePtr(v.SKU.EndsAt), State: string(v.State)})
+		StartsAt: timePtr(v.SKU.StartsAt), EndsAt: timePtr(v.SKU.EndsAt), State: string(v.State), crowdJSON: crowdOf(v.SKU.Crowd)})
 	return nil
 }

@@ -204,7 +204,12 @@ const (
 // drains again and re-checks I1-I6 with the new orders; v collects the
 // violations and I7Units the units bought.
 func (c Checker) CheckI7(ctx context.Context, cl *Client, sc *Scenario, capUnits int64, v *Verdict) error {
-	accepted := sc.Accepted()
+	return c.CheckI7Sales(ctx, cl, sc.Accepted(), "i7-"+sc.cfg.RunID, capUnits, v)
+}
+
+// CheckI7Sales is CheckI7 for sales whose accepted orders are accepted
+// (by SKU), the fresh buyers' names starting with prefix.
+func (c Checker) CheckI7Sales(ctx context.Context, cl *Client, accepted map[string][]string, prefix string, capUnits int64, v *Verdict) error {
 	for _, rep := range v.Reports {
 		sku := rep.SKU
 		remain := rep.DBStock
@@ -216,7 +221,7 @@ func (c Checker) CheckI7(ctx context.Context, cl *Client, sc *Scenario, capUnits
 			}
 			remain = capUnits
 		}
-		ids, units, err := buyOut(ctx, cl, sku, "i7-"+sc.cfg.RunID+"-"+sku)
+		ids, units, err := buyOut(ctx, cl, sku, prefix+"-"+sku)
 		if err != nil {
 			v.failf("%s: I7: %v", sku, err)
 		}

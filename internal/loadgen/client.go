@@ -134,13 +134,19 @@ type replyBody struct {
 }
 
 func (c *Client) do(ctx context.Context, method, path, bearer string, body []byte, header ...string) Reply {
+	r, _ := c.doRaw(ctx, method, path, bearer, body, header...)
+	return r
+}
+
+// doRaw is do that also returns the answer's body.
+func (c *Client) doRaw(ctx context.Context, method, path, bearer string, body []byte, header ...string) (Reply, []byte) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return Reply{Code: "transport", Err: err}
+		return Reply{Code: "transport", Err: err}, nil
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -153,12 +159,12 @@ func (c *Client) do(ctx context.Context, method, path, bearer string, body []byt
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return Reply{Code: "transport", Err: err}
+		return Reply{Code: "transport", Err: err}, nil
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return Reply{Status: resp.StatusCode, Code: "transport", Err: err}
+		return Reply{Status: resp.StatusCode, Code: "transport", Err: err}, nil
 	}
 	r := Reply{Status: resp.StatusCode}
 	var b replyBody
@@ -174,7 +180,7 @@ func (c *Client) do(ctx context.Context, method, path, bearer string, body []byt
 			r.Code = "http_" + strconv.Itoa(resp.StatusCode)
 		}
 	}
-	return r
+	return r, raw
 }
 
 // Buy asks for qty units of sku as user, with an Idempotency-Key if key is set.

@@ -18,6 +18,7 @@ type CPU struct {
 	Self     float64 // this process: the generator, and the servers when in-process
 	Redis    float64 // redis-server processes
 	Database float64 // database server processes: postgres (every backend), mariadbd or mysqld
+	NATS     float64 // nats-server processes (an external broker; an embedded one is in its server)
 	// Server is the process of Config.ServerPID (a flashsale serving in
 	// its own process, -target): counted here, not in Other. Zero when
 	// the server runs in this process (it is then in Self).
@@ -33,7 +34,7 @@ type CPU struct {
 func (c CPU) Seconds(cores float64) float64 { return cores * c.Span.Seconds() }
 
 // Other returns the machine's busy cores not accounted to the named processes.
-func (c CPU) Other() float64 { return max(c.Machine-c.Self-c.Redis-c.Database-c.Server, 0) }
+func (c CPU) Other() float64 { return max(c.Machine-c.Self-c.Redis-c.Database-c.NATS-c.Server, 0) }
 
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
 const clockTicks = 100
@@ -127,6 +128,8 @@ func cpuBetween(a, b cpuSample, server int) CPU {
 			c.Redis += cores
 		case pb.comm == "postgres" || strings.HasPrefix(pb.comm, "postgres:") || pb.comm == "mariadbd" || pb.comm == "mysqld":
 			c.Database += cores
+		case pb.comm == "nats-server":
+			c.NATS += cores
 		}
 	}
 	return c

@@ -132,7 +132,9 @@ th:first-child,td:first-child{text-align:left}.bad{color:#b00;font-weight:600}.o
 {{if .PurchaseRPS}}<tr><td>purchase path (accepted answers only)</td><td>{{f0 .PurchaseRPS}} req/s, p99 {{f2 .PurchaseP99Ms}} ms</td><td><b>{{ratio2 .PurchaseXEmpty}}x</b> throughput, <b>{{ratio2 .PurchaseP99XEmpty}}x</b> p99</td></tr>
 <tr><td>apply backlog at the load's end</td><td>{{.BacklogAtEnd}} reservations (growing {{f0 .BacklogGrowthPerS}}/s while measured), {{if .DrainedToZero}}zero {{f2 .DrainToZeroS}} s after{{else}}<span class="bad">not drained to zero</span>{{end}}</td><td></td></tr>{{end}}
 {{if .SoldOutRPS}}<tr><td>sold-out path (sold_out answers only)</td><td>{{f0 .SoldOutRPS}} req/s, p99 {{f2 .SoldOutP99Ms}} ms</td><td><b>{{ratio2 .SoldOutXEmpty}}x</b> throughput, <b>{{ratio2 .SoldOutP99XEmpty}}x</b> p99</td></tr>{{end}}
-{{if .ServerCPUUsPerPurchase}}<tr><td>CPU per purchase</td><td>server process {{f0 .ServerCPUUsPerPurchase}} µs, generator process {{f0 .GeneratorCPUUsPerPurchase}} µs</td><td></td></tr>{{end}}
+{{if .ServerCPUUsPerPurchase}}<tr><td>server CPU per purchase</td><td>{{f0 .ServerCPUUsPerPurchase}} µs (generator process {{f0 .GeneratorCPUUsPerPurchase}} µs)</td><td>{{if .ServerCPUPurchaseXEmpty}}<b>{{ratio2 .ServerCPUPurchaseXEmpty}}x</b> the empty handler's server CPU per request{{end}}</td></tr>
+<tr><td>whole system CPU per purchase</td><td>{{f0 .SystemCPUUsPerPurchase}} µs: server {{f0 .ServerCPUUsPerPurchase}}, redis {{f0 .RedisCPUUsPerPurchase}}, database {{f0 .DatabaseCPUUsPerPurchase}}, nats {{f0 .NATSCPUUsPerPurchase}}</td><td>{{if .SystemCPUPurchaseXEmpty}}<b>{{ratio2 .SystemCPUPurchaseXEmpty}}x</b>{{end}}</td></tr>{{end}}
+{{if .ServerCPUUsPerSoldOut}}<tr><td>server CPU per sold-out answer</td><td>{{f0 .ServerCPUUsPerSoldOut}} µs</td><td>{{if .ServerCPUSoldOutXEmpty}}<b>{{ratio2 .ServerCPUSoldOutXEmpty}}x</b>{{end}}</td></tr>{{end}}
 </table>{{end}}
 {{with .R.Memory}}<h2>Memory: {{.Opened}} keep-alive connections</h2>
 <p>Server process {{.ServerPID}}: VmRSS <b>{{f1 .RSSMB}} MiB</b> with the connections open ({{f1 .RSSBeforeMB}} MiB before, {{f1 .PerConnKB}} KiB per connection), VmHWM {{f1 .HWMMB}} MiB.
@@ -152,7 +154,7 @@ Open files limit: server {{.ServerLimit}}, client {{.FileLimit}}.{{with .Note}} 
 <p>Baselines in the same run: empty handler <b>{{f0 .R.Baselines.EmptyHandlerRPS}}</b> req/s{{if .R.Baselines.EmptyHandlerP99Ms}} (p50 {{f2 .R.Baselines.EmptyHandlerP50Ms}} ms, p99 {{f2 .R.Baselines.EmptyHandlerP99Ms}} ms){{end}} (same generator, a handler that does nothing);
 Redis gate alone <b>{{f0 .R.Baselines.RedisGateRPS}}</b> reserves/s (reserve script, many goroutines, same client).</p>
 <div class="wide"><table class="results">
-<tr><th>strategy</th><th>requests</th><th>req/s</th><th>x empty</th><th>orders accepted</th><th>sold</th><th>oversold</th><th>lost</th><th>doubled</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>errors</th><th>drain s</th><th>invariants</th><th>CPU cores: self/redis/db/other</th></tr>
+<tr><th>strategy</th><th>requests</th><th>req/s</th><th>x empty</th><th>orders accepted</th><th>sold</th><th>oversold</th><th>lost</th><th>doubled</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>errors</th><th>drain s</th><th>invariants</th><th>CPU cores: self/redis/db/nats/other</th></tr>
 {{range .R.Results}}<tr><td>{{.Label}}</td><td>{{.Requests}}</td><td>{{f0 .ThroughputRPS}}</td><td>{{ratio .ThroughputRPS $.R.Baselines.EmptyHandlerRPS}}</td>
 <td>{{.Accepted}}</td><td>{{.Sold}}</td><td{{if .Oversold}} class="bad"{{end}}>{{.Oversold}}</td><td{{if .Lost}} class="bad"{{end}}>{{.Lost}}</td><td{{if .Doubled}} class="bad"{{end}}>{{.Doubled}}</td>
 <td>{{f2 .P50Ms}}</td><td>{{f2 .P99Ms}}</td><td>{{f2 .P999Ms}}</td><td>{{.Errors}}</td><td>{{.DrainSeconds}}</td>
@@ -164,7 +166,7 @@ by answer, and an idempotent retry (the same buyer and key again) answers accept
 req/s: answers without error per second of the run's duration (sold-out and limit refusals are answers; 5xx, 503 busy and
 transport failures are errors). Latency from the send (closed loop) or from the due time (open loop). Checks read the database and Redis
 directly after the queue drained: I1-I6 per SKU, then I7 (fresh buyers buy exactly what the database says remains).
-CPU: cores busy on average while measuring, from /proc: this process (generator and in-process server), redis-server, the database server (postgres, mariadbd or mysqld), the rest of the machine.</p>
+CPU: cores busy on average while measuring, from /proc: this process (generator and in-process server), redis-server, the database server (postgres, mariadbd or mysqld), an external nats-server, the rest of the machine.</p>
 {{if .R.Setup.Paths}}<h2>Paths</h2>
 <div class="wide"><table class="results">
 <tr><th>strategy</th><th>path</th><th>counted</th><th>answers</th><th>other answers</th><th>req/s</th><th>x empty</th><th>empty req/s</th><th>p50 ms</th><th>p99 ms</th><th>p99 x empty</th><th>backlog at end</th><th>outbox at end</th><th>backlog max</th><th>growth /s</th><th>to zero s</th><th>server CPU µs/req</th><th>generator CPU µs/req</th></tr>

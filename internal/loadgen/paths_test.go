@@ -97,11 +97,14 @@ func pathReport() *Report {
 	pur.SetPath(Purchase, "accepted", 1000, 20)
 	pur.Backlog = []BacklogPoint{{At: 100 * time.Millisecond, InFlight: 10}, {At: 600 * time.Millisecond, InFlight: 60}, {At: 1100 * time.Millisecond, InFlight: 110}}
 	pur.SetDrain(DrainFigures{AtEnd: Backlog{InFlight: 1234, Outbox: 5}, ToZero: 750 * time.Millisecond, Drained: true}, 0, time.Second)
-	pur.ProcessCPU = &ProcessCPU{ServerPID: 42, ServerS: 1.5, GeneratorS: 0.5, ServerUsPerReq: 300, GeneratorUsPerReq: 100}
+	pur.ProcessCPU = &ProcessCPU{ServerPID: 42, ServerS: 1.5, GeneratorS: 0.5, ServerUsPerReq: 300, GeneratorUsPerReq: 100,
+		RedisUsPerReq: 60, DatabaseUsPerReq: 75, NATSUsPerReq: 25, SystemUsPerReq: 460}
 	soRun := fakeRun(time.Millisecond)
 	soRun.Codes, soRun.WindowCodes = map[string]int64{"sold_out": 1}, map[string]int64{"sold_out": 1}
 	so := NewStrategyResult("pipeline", soRun, &Verdict{Drained: true}, 1000)
 	so.SetPath(SoldOut, "sold_out", 1000, 20)
+	so.ProcessCPU = &ProcessCPU{ServerPID: 42, ServerUsPerReq: 60}
+	rep.Baselines.EmptyHandlerCPUUsPerReq = 40
 	rep.Results = []*StrategyResult{pur, so}
 	rep.SetHeadline()
 	return rep
@@ -113,7 +116,9 @@ func TestLoadgenReportPaths(t *testing.T) {
 	rep := pathReport()
 	h := rep.Headline
 	if h == nil || h.Strategy != "pipeline" || h.PurchaseRPS != 3 || h.PurchaseXEmpty != 0.003 || h.SoldOutRPS != 1 ||
-		h.BacklogAtEnd != 1234 || h.BacklogGrowthPerS != 100 || h.DrainToZeroS != 0.75 || !h.DrainedToZero || h.ServerCPUUsPerPurchase != 300 || h.PurchaseP99XEmpty < 1.99 || h.PurchaseP99XEmpty > 2.01 {
+		h.BacklogAtEnd != 1234 || h.BacklogGrowthPerS != 100 || h.DrainToZeroS != 0.75 || !h.DrainedToZero || h.ServerCPUUsPerPurchase != 300 || h.PurchaseP99XEmpty < 1.99 || h.PurchaseP99XEmpty > 2.01 ||
+		h.SystemCPUUsPerPurchase != 460 || h.DatabaseCPUUsPerPurchase != 75 || h.ServerCPUPurchaseXEmpty != 7.5 || h.SystemCPUPurchaseXEmpty != 11.5 ||
+		h.ServerCPUUsPerSoldOut != 60 || h.ServerCPUSoldOutXEmpty != 1.5 {
 		t.Fatalf("headline %+v", h)
 	}
 	path := filepath.Join(t.TempDir(), "r.json")
@@ -132,7 +137,9 @@ func TestLoadgenReportPaths(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"purchase_x_empty", "sold_out_x_empty", "purchase_p99_x_empty", "backlog_at_end", "backlog_growth_per_s", "drain_to_zero_s", "server_cpu_us_per_purchase"} {
+	for _, k := range []string{"purchase_x_empty", "sold_out_x_empty", "purchase_p99_x_empty", "backlog_at_end", "backlog_growth_per_s", "drain_to_zero_s", "server_cpu_us_per_purchase",
+		"system_cpu_us_per_purchase", "redis_cpu_us_per_purchase", "database_cpu_us_per_purchase", "nats_cpu_us_per_purchase",
+		"server_cpu_purchase_x_empty", "server_cpu_sold_out_x_empty", "system_cpu_purchase_x_empty"} {
 		if _, ok := got.Headline[k]; !ok {
 			t.Errorf("JSON headline lacks %s: %v", k, got.Headline)
 		}
@@ -147,7 +154,8 @@ func TestLoadgenReportPaths(t *testing.T) {
 	var tbl bytes.Buffer
 	rep.WriteTable(&tbl)
 	for _, want := range []string{"HEADLINE pipeline: purchase 3 req/s = 0.00x empty handler, p99", "backlog 1234 at the load's end (growing 100/s while measured), zero 0.75s after",
-		"sold-out 1 req/s", "pipeline purchase", "pipeline sold-out", "CPU per purchase: server 300 µs, generator 100 µs", "p99 20.00 ms"} {
+		"sold-out 1 req/s", "pipeline purchase", "pipeline sold-out", "CPU per purchase: server 300 µs (7.50x the empty handler's), redis 60 µs, database 75 µs, nats 25 µs, whole system 460 µs (11.50x), generator 100 µs",
+		"server CPU per sold-out answer 60 µs (1.50x)", "p99 20.00 ms"} {
 		if !strings.Contains(tbl.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, tbl.String())
 		}
@@ -157,7 +165,7 @@ func TestLoadgenReportPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"Headline: pipeline", "purchase path (accepted answers only)", "sold-out path (sold_out answers only)",
-		"1234 reservations (growing 100/s while measured), zero 0.75 s after", "<h2>Paths</h2>", "server process 300 µs"} {
+		"1234 reservations (growing 100/s while measured), zero 0.75 s after", "<h2>Paths</h2>", "300 µs (generator process 100 µs)", "<b>7.50x</b>", "460 µs: server 300, redis 60, database 75, nats 25", "<b>11.50x</b>", "<b>1.50x</b>"} {
 		if !strings.Contains(page.String(), want) {
 			t.Errorf("page lacks %q", want)
 		}
@@ -334,5 +342,35 @@ func TestLoadgenTablesCountAlike(t *testing.T) {
 		if !strings.Contains(strings.Join(strings.Fields(text), " "), want) {
 			t.Errorf("tables lack %q:\n%s", want, text)
 		}
+	}
+}
+
+// TestLoadgenProcessCPU: the processes' cores over the span become CPU
+// seconds and microseconds per answer; the whole system counts the server,
+// Redis, the database and NATS, not the generator, and only when the
+// server runs in its own process. cpuBetween puts each process in its
+// column by name.
+func TestLoadgenProcessCPU(t *testing.T) {
+	run := &Result{Requests: 1000, CPU: CPU{Machine: 1.9, Self: 0.2, Server: 0.8, Redis: 0.3, Database: 0.4, NATS: 0.1, ServerPID: 42, Span: time.Second}}
+	p := NewProcessCPU(run)
+	if p.SameProcess || p.ServerUsPerReq != 800 || p.GeneratorUsPerReq != 200 || p.RedisUsPerReq != 300 || p.DatabaseUsPerReq != 400 ||
+		p.NATSUsPerReq != 100 || p.SystemUsPerReq != 1600 {
+		t.Errorf("separate processes: %+v", p)
+	}
+	if o := run.CPU.Other(); o < 0.099 || o > 0.101 {
+		t.Errorf("other %v, want 0.1", o)
+	}
+	run.CPU.ServerPID, run.CPU.Server = 0, 0
+	if p := NewProcessCPU(run); !p.SameProcess || p.ServerUsPerReq != 200 || p.SystemUsPerReq != 0 {
+		t.Errorf("in-process: %+v", p)
+	}
+
+	a := cpuSample{at: time.Unix(0, 0), samples: true, procs: map[int]procTicks{
+		1: {"redis-server", 0}, 2: {"postgres", 0}, 3: {"nats-server", 0}, 4: {"mariadbd", 0}, 5: {"flashsale", 0}, 6: {"other", 0}}}
+	b := cpuSample{at: time.Unix(1, 0), busy: 3, samples: true, procs: map[int]procTicks{
+		1: {"redis-server", 50}, 2: {"postgres", 20}, 3: {"nats-server", 30}, 4: {"mariadbd", 10}, 5: {"flashsale", 70}, 6: {"other", 40}}}
+	c := cpuBetween(a, b, 5)
+	if round(c.Redis, 6) != 0.5 || round(c.Database, 6) != 0.3 || round(c.NATS, 6) != 0.3 || round(c.Server, 6) != 0.7 || c.ServerPID != 5 {
+		t.Errorf("cpuBetween: %+v", c)
 	}
 }

@@ -118,6 +118,22 @@ type ProcessCPU struct {
 	// Microseconds of CPU per answer of the measurement.
 	ServerUsPerReq    float64 `json:"server_cpu_us_per_req"`
 	GeneratorUsPerReq float64 `json:"generator_cpu_us_per_req"`
+	// The services' processes over the same window, from /proc: every
+	// redis-server, the database server (every PostgreSQL backend,
+	// mariadbd or mysqld) and an external nats-server (an embedded
+	// JetStream is in the server's figure). On a shared machine they
+	// include other clients of those servers.
+	RedisS           float64 `json:"redis_cpu_s"`
+	DatabaseS        float64 `json:"database_cpu_s"`
+	NATSS            float64 `json:"nats_cpu_s"`
+	RedisUsPerReq    float64 `json:"redis_cpu_us_per_req"`
+	DatabaseUsPerReq float64 `json:"database_cpu_us_per_req"`
+	NATSUsPerReq     float64 `json:"nats_cpu_us_per_req"`
+	// SystemUsPerReq is the whole system's CPU per answer: the server,
+	// Redis, the database and NATS, without the load generator. Only with
+	// the server in its own process (-target): in-process, the server's
+	// figure holds the generator too.
+	SystemUsPerReq float64 `json:"system_cpu_us_per_req,omitempty"`
 }
 
 // NewProcessCPU returns the process figures of run, or nil when /proc
@@ -133,9 +149,14 @@ func NewProcessCPU(run *Result) *ProcessCPU {
 	} else {
 		p.ServerS, p.GeneratorS = round(c.Seconds(c.Server), 3), round(c.Seconds(c.Self), 3)
 	}
+	p.RedisS, p.DatabaseS, p.NATSS = round(c.Seconds(c.Redis), 3), round(c.Seconds(c.Database), 3), round(c.Seconds(c.NATS), 3)
 	if run.Requests > 0 {
 		n := float64(run.Requests)
 		p.ServerUsPerReq, p.GeneratorUsPerReq = round(p.ServerS*1e6/n, 1), round(p.GeneratorS*1e6/n, 1)
+		p.RedisUsPerReq, p.DatabaseUsPerReq, p.NATSUsPerReq = round(p.RedisS*1e6/n, 1), round(p.DatabaseS*1e6/n, 1), round(p.NATSS*1e6/n, 1)
+		if !p.SameProcess {
+			p.SystemUsPerReq = round((p.ServerS+p.RedisS+p.DatabaseS+p.NATSS)*1e6/n, 1)
+		}
 	}
 	return p
 }
@@ -165,6 +186,20 @@ type Headline struct {
 	// when they are separate processes: -target).
 	ServerCPUUsPerPurchase    float64 `json:"server_cpu_us_per_purchase,omitempty"`
 	GeneratorCPUUsPerPurchase float64 `json:"generator_cpu_us_per_purchase,omitempty"`
+	// The same per purchase for Redis, the database and an external
+	// nats-server, and the whole system's (server + Redis + database +
+	// NATS, no generator).
+	RedisCPUUsPerPurchase    float64 `json:"redis_cpu_us_per_purchase,omitempty"`
+	DatabaseCPUUsPerPurchase float64 `json:"database_cpu_us_per_purchase,omitempty"`
+	NATSCPUUsPerPurchase     float64 `json:"nats_cpu_us_per_purchase,omitempty"`
+	SystemCPUUsPerPurchase   float64 `json:"system_cpu_us_per_purchase,omitempty"`
+	ServerCPUUsPerSoldOut    float64 `json:"server_cpu_us_per_sold_out,omitempty"`
+	// The cost floor's ratios, over the empty handler's server CPU per
+	// request in the same run: the server's CPU per purchase and per
+	// sold-out answer, and the whole system's per purchase.
+	ServerCPUPurchaseXEmpty float64 `json:"server_cpu_purchase_x_empty,omitempty"`
+	ServerCPUSoldOutXEmpty  float64 `json:"server_cpu_sold_out_x_empty,omitempty"`
+	SystemCPUPurchaseXEmpty float64 `json:"system_cpu_purchase_x_empty,omitempty"`
 
 	purchase, soldOut bool // which paths ran
 }
@@ -195,6 +230,8 @@ type StrategyResult struct {
 	Path *PathFigures `json:"path,omitempty"`
 	// ProcessCPU is the server's and the generator's processor time.
 	ProcessCPU *ProcessCPU `json:"process_cpu,omitempty"`
+	// Opening is set by the opening scenario: people, bots and the room.
+	Opening *OpeningFigures `json:"opening,omitempty"`
 
 	// Backlog is the pipeline's in-flight reservations during the run (warm-up included).
 	Backlog       []BacklogPoint   `json:"-"`
@@ -306,11 +343,21 @@ func (f *Report) SetHeadline() {
 			if c := r.ProcessCPU; c != nil && !c.SameProcess && r.Path.Answers > 0 {
 				// Per answer of the purchase path: a purchase each when other_answers is 0.
 				h.ServerCPUUsPerPurchase, h.GeneratorCPUUsPerPurchase = c.ServerUsPerReq, c.GeneratorUsPerReq
+				h.RedisCPUUsPerPurchase, h.DatabaseCPUUsPerPurchase, h.NATSCPUUsPerPurchase = c.RedisUsPerReq, c.DatabaseUsPerReq, c.NATSUsPerReq
+				h.SystemCPUUsPerPurchase = c.SystemUsPerReq
 			}
 		case "sold-out":
 			h.soldOut = true
 			h.SoldOutRPS, h.SoldOutXEmpty, h.SoldOutP99Ms, h.SoldOutP99XEmpty = r.Path.RPS, r.Path.XEmpty, r.P99Ms, r.Path.P99XEmpty
+			if c := r.ProcessCPU; c != nil && !c.SameProcess && r.Path.Answers > 0 {
+				h.ServerCPUUsPerSoldOut = c.ServerUsPerReq
+			}
 		}
+	}
+	if e := f.Baselines.EmptyHandlerCPUUsPerReq; e > 0 {
+		h.ServerCPUPurchaseXEmpty = ratioOf(h.ServerCPUUsPerPurchase, e)
+		h.ServerCPUSoldOutXEmpty = ratioOf(h.ServerCPUUsPerSoldOut, e)
+		h.SystemCPUPurchaseXEmpty = ratioOf(h.SystemCPUUsPerPurchase, e)
 	}
 	f.Headline = h
 }
@@ -380,6 +427,11 @@ func (f *Report) WriteTable(w io.Writer) {
 	if f.Memory != nil {
 		f.Memory.WriteText(w)
 	}
+	for _, r := range f.Results {
+		if r.Opening != nil {
+			r.Opening.WriteText(w, r.Label())
+		}
+	}
 	for _, n := range s.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
@@ -388,7 +440,7 @@ func (f *Report) WriteTable(w io.Writer) {
 func (f *Report) writeResults(w io.Writer) {
 	b := f.Baselines
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\trequests\treq/s\tx empty\torders accepted\tsold\toversold\tlost\tdoubled\tp50 ms\tp99 ms\tp99.9 ms\terrors\tdrain s\tinvariants\tcpu self/redis/db/other\t")
+	fmt.Fprintln(tw, "strategy\trequests\treq/s\tx empty\torders accepted\tsold\toversold\tlost\tdoubled\tp50 ms\tp99 ms\tp99.9 ms\terrors\tdrain s\tinvariants\tcpu self/redis/db/nats/other\t")
 	for _, r := range f.Results {
 		ratio := "-"
 		if b.EmptyHandlerRPS > 0 {
@@ -490,7 +542,12 @@ func (h *Headline) Text() string {
 			h.SoldOutP99Ms, ratioText(h.SoldOutP99XEmpty)))
 	}
 	if h.ServerCPUUsPerPurchase > 0 {
-		parts = append(parts, fmt.Sprintf("CPU per purchase: server %.0f µs, generator %.0f µs", h.ServerCPUUsPerPurchase, h.GeneratorCPUUsPerPurchase))
+		parts = append(parts, fmt.Sprintf("CPU per purchase: server %.0f µs (%sx the empty handler's), redis %.0f µs, database %.0f µs, nats %.0f µs, whole system %.0f µs (%sx), generator %.0f µs",
+			h.ServerCPUUsPerPurchase, ratioText(h.ServerCPUPurchaseXEmpty), h.RedisCPUUsPerPurchase, h.DatabaseCPUUsPerPurchase, h.NATSCPUUsPerPurchase,
+			h.SystemCPUUsPerPurchase, ratioText(h.SystemCPUPurchaseXEmpty), h.GeneratorCPUUsPerPurchase))
+	}
+	if h.ServerCPUUsPerSoldOut > 0 {
+		parts = append(parts, fmt.Sprintf("server CPU per sold-out answer %.0f µs (%sx)", h.ServerCPUUsPerSoldOut, ratioText(h.ServerCPUSoldOutXEmpty)))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -531,7 +588,7 @@ func (r *StrategyResult) CPU() string {
 		return "-"
 	}
 	c := r.Run.CPU
-	out := fmt.Sprintf("%.2f/%.2f/%.2f/%.2f", c.Self, c.Redis, c.Database, c.Other())
+	out := fmt.Sprintf("%.2f/%.2f/%.2f/%.2f/%.2f", c.Self, c.Redis, c.Database, c.NATS, c.Other())
 	if c.ServerPID != 0 {
 		out += fmt.Sprintf(" +server %.2f", c.Server)
 	}
@@ -583,4 +640,12 @@ func codeList(codes map[string]int64) string {
 		parts[i] = fmt.Sprintf("%s %d", k, codes[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ratioOf returns x/of to three digits, 0 when either is not measured.
+func ratioOf(x, of float64) float64 {
+	if x <= 0 || of <= 0 {
+		return 0
+	}
+	return round(x/of, 3)
 }

@@ -3,6 +3,7 @@
 package metrics
 
 import (
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -30,6 +31,14 @@ type Metrics struct {
 	drift          *prometheus.GaugeVec
 	alerts         prometheus.Counter
 	gate           prometheus.Histogram
+	shadow         *prometheus.CounterVec
+	shadowDropped  prometheus.Counter
+	shadowSame     prometheus.Counter
+	group          *prometheus.GaugeVec
+	challenges     *prometheus.CounterVec
+	roomEvents     *prometheus.CounterVec
+	roomEtaError   prometheus.Histogram
+	ticketsRefused *prometheus.CounterVec
 
 	// The series of purchases and httpDuration once used, by label
 	// values: a request finds its own without hashing its labels and
@@ -51,7 +60,7 @@ func New() *Metrics {
 	m := &Metrics{
 		Registry: r,
 		purchases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flashsale_purchases_total", Help: "Purchase requests by outcome (accepted, sold_out, limit_reached, unknown_sku, not_open, invalid, busy, rate_limited, error).",
+			Name: "flashsale_purchases_total", Help: "Purchase requests by outcome (accepted, sold_out, limit_reached, unknown_sku, not_open, invalid, busy, rate_limited, ticket_required, not_admitted, blocked, error).",
 		}, []string{"outcome"}),
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "flashsale_http_request_duration_seconds", Help: "HTTP request latency by route and status code.",
@@ -96,6 +105,46 @@ func New() *Metrics {
 		Help: "Deliveries of stream messages whose schema version this release does not know, left (nak'ed with a delay) for an instance that knows it; growing while any waits.",
 	})
 	r.MustRegister(m.unknownVersion)
+	m.shadow = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_shadow_decisions_total",
+		Help: "Live gate decisions this instance's shadow replayed with its own reserve script, by result: match or mismatch (FLASHSALE_SHADOW_SKUS).",
+	}, []string{"result"})
+	m.shadowDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_shadow_dropped_total",
+		Help: "Live gate decisions the shadow did not compare: over FLASHSALE_SHADOW_RATE, trimmed from the journal before it was read, or a failed comparison.",
+	})
+	m.shadowSame = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flashsale_shadow_same_script_total",
+		Help: "Live gate decisions the shadow did not compare because a script identical to its candidate made them (its own instance's purchases, or a group running the same build).",
+	})
+	m.group = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "flashsale_release_group", Help: "Always 1; the label is the group this instance serves in during a release (FLASHSALE_RELEASE_GROUP: stable or canary).",
+	}, []string{"group"})
+	r.MustRegister(m.shadow, m.shadowDropped, m.shadowSame, m.group)
+	m.challenges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_challenges_total",
+		Help: "Proof-of-work challenges by result: issued (handed out), solved (redeemed for a ticket) or refused (a solution refused; flashsale_tickets_refused_total says why).",
+	}, []string{"result"})
+	m.ticketsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_tickets_refused_total",
+		Help: "Solutions refused a ticket, by reason (the API's error code); purchases refused for want of a ticket or an admission are flashsale_purchases_total's ticket_required and not_admitted.",
+	}, []string{"reason"})
+	for _, r := range []string{"issued", "solved", "refused"} {
+		m.challenges.WithLabelValues(r)
+	}
+	r.MustRegister(m.challenges, m.ticketsRefused)
+	m.roomEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashsale_room_events_total",
+		Help: "Waiting-room events by kind: joined, polled, admitted (buyers let through), sold_out (answers that the stock is gone).",
+	}, []string{"event"})
+	m.roomEtaError = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "flashsale_room_eta_error_seconds", Help: "How far a buyer's admission came from the time predicted when the buyer joined (absolute, either way).",
+		Buckets: []float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300},
+	})
+	for _, e := range []string{"joined", "polled", "admitted", "sold_out"} {
+		m.roomEvents.WithLabelValues(e)
+	}
+	r.MustRegister(m.roomEvents, m.roomEtaError)
 	r.MustRegister(m.deadLetters, m.breaker, m.breakerTrans, m.drift, m.alerts, m.gate)
 	bi := buildinfo.Get()
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -166,6 +215,47 @@ func (m *Metrics) Drift(sku string, units int64) { m.drift.WithLabelValues(sku).
 
 // ReconcileAlert counts one reconcile alert.
 func (m *Metrics) ReconcileAlert() { m.alerts.Inc() }
+
+// Challenge counts a challenge issued or solved, or a refused solution
+// (result "refused") with its reason, the API error code.
+func (m *Metrics) Challenge(result, reason string) {
+	if result != "" {
+		m.challenges.WithLabelValues(result).Inc()
+	}
+	if reason != "" {
+		m.ticketsRefused.WithLabelValues(reason).Inc()
+	}
+}
+
+// RoomObserver returns the waiting room's observer (room.Observer).
+func (m *Metrics) RoomObserver() RoomObserver { return RoomObserver{m} }
+
+// RoomObserver counts the waiting room's events.
+type RoomObserver struct{ m *Metrics }
+
+func (o RoomObserver) Joined(string)  { o.m.roomEvents.WithLabelValues("joined").Inc() }
+func (o RoomObserver) Polled(string)  { o.m.roomEvents.WithLabelValues("polled").Inc() }
+func (o RoomObserver) SoldOut(string) { o.m.roomEvents.WithLabelValues("sold_out").Inc() }
+func (o RoomObserver) Admitted(_ string, n int64) {
+	o.m.roomEvents.WithLabelValues("admitted").Add(float64(n))
+}
+func (o RoomObserver) EtaError(_ string, s float64) { o.m.roomEtaError.Observe(math.Abs(s)) }
+
+// Shadow counts n shadow results: match, mismatch, dropped or same (script).
+func (m *Metrics) Shadow(result string, n int) {
+	switch result {
+	case "dropped":
+		m.shadowDropped.Add(float64(n))
+		return
+	case "same":
+		m.shadowSame.Add(float64(n))
+		return
+	}
+	m.shadow.WithLabelValues(result).Add(float64(n))
+}
+
+// ReleaseGroup records the group this instance serves in.
+func (m *Metrics) ReleaseGroup(group string) { m.group.WithLabelValues(group).Set(1) }
 
 // Gate records the latency of one gate call.
 func (m *Metrics) Gate(d time.Duration) { m.gate.Observe(d.Seconds()) }

@@ -129,3 +129,31 @@ func (h Histogram) Quantile(q float64) (seconds float64, ok bool) {
 	}
 	return lower + (h.Buckets[i].LE-lower)*(rank-float64(below))/float64(in), true
 }
+
+// Crowd is this instance's crowd counters: challenges by result, refusals
+// of solutions and purchases by code, waiting-room events, and the
+// waiting room's ETA error.
+type Crowd struct {
+	Challenges     map[string]uint64 `json:"challenges"`
+	TicketsRefused map[string]uint64 `json:"tickets_refused"`
+	RoomEvents     map[string]uint64 `json:"room_events"`
+	EtaError       Histogram         `json:"-"`
+}
+
+// CrowdSnapshot reads the crowd's collectors.
+func (m *Metrics) CrowdSnapshot() Crowd {
+	c := Crowd{Challenges: map[string]uint64{}, TicketsRefused: map[string]uint64{}, RoomEvents: map[string]uint64{}}
+	for _, d := range collect(m.challenges) {
+		c.Challenges[label(d, "result")] += uint64(d.GetCounter().GetValue())
+	}
+	for _, d := range collect(m.ticketsRefused) {
+		c.TicketsRefused[label(d, "reason")] += uint64(d.GetCounter().GetValue())
+	}
+	for _, d := range collect(m.roomEvents) {
+		c.RoomEvents[label(d, "event")] += uint64(d.GetCounter().GetValue())
+	}
+	for _, d := range collect(m.roomEtaError) {
+		c.EtaError = c.EtaError.add(d.GetHistogram())
+	}
+	return c
+}

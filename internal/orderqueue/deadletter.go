@@ -2,6 +2,7 @@ package orderqueue
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -239,6 +240,12 @@ func readEach(ctx context.Context, st jetstream.Stream, subject string, from uin
 	if info.State.Msgs == 0 || from > info.State.LastSeq {
 		return nil
 	}
+	// Every Fetch of an ordered consumer makes a new server-side consumer
+	// ({prefix}_{n}) and deletes the previous one in a goroutine of its own
+	// (nats.go), which on a busy server can still be pending when the read
+	// returns. So every consumer of this read carries one prefix, and all of
+	// them are deleted before it returns.
+	prefix := "fs-read-" + rand.Text()
 	oc, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subject},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
@@ -247,15 +254,23 @@ func readEach(ctx context.Context, st jetstream.Stream, subject string, from uin
 		// the default keeps an idle ordered consumer for 5 minutes, and
 		// thousands of them run into the broker's consumer limits.
 		InactiveThreshold: 10 * time.Second,
+		NamePrefix:        prefix,
 	})
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if info := oc.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = st.DeleteConsumer(dctx, info.Name)
-			cancel()
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		names := st.ConsumerNames(dctx)
+		var ours []string
+		for n := range names.Name() {
+			if strings.HasPrefix(n, prefix+"_") {
+				ours = append(ours, n)
+			}
+		}
+		for _, n := range ours {
+			_ = st.DeleteConsumer(dctx, n) // already gone: fine
 		}
 	}()
 	// Read up to the last message the stream held when we started; an empty

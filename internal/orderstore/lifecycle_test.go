@@ -1,6 +1,7 @@
 package orderstore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -427,5 +428,80 @@ func TestRequestCancelRacesApply(t *testing.T) {
 	}
 	if got := len(restoresOf(t, s)); got != n {
 		t.Errorf("%d restores owed, want %d", got, n)
+	}
+}
+
+// TestCancelCrowdLeavesPoolFree: a crowd cancelling one sale at once while
+// its inventory row is locked (by an apply, say) does not take every
+// connection of the pool: an order look-up still answers while every
+// cancel waits, and once the row is free every cancel completes.
+func TestCancelCrowdLeavesPoolFree(t *testing.T) {
+	s := newStore(t)
+	ctx := testContext(t)
+	putSKU(t, s, "hot", 100)
+	const crowd = 40
+	rs := make([]sale.Reservation, crowd)
+	for i := range rs {
+		rs[i] = resv(oid(90, i), "hot", fmt.Sprintf("u%d", i), 1)
+	}
+	if _, err := s.ApplyBatch(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another writer holds the sale's inventory row.
+	locker, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback()
+	if _, err := locker.ExecContext(ctx, s.Rebind(`UPDATE inventory SET stock = stock WHERE sku_id = ?`), "hot"); err != nil {
+		t.Fatal(err)
+	}
+	var finished atomic.Int32
+	errs := make(chan error, crowd)
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		wg.Go(func() {
+			// A cancel kept waiting past the lock timeout (5 s) on a busy
+			// machine is refused as transient: sent again, as a client does.
+			for {
+				_, _, err := s.Cancel(ctx, r.OrderID, r.User, sale.CancelByUser, time.Now())
+				if err == nil || !orderstore.IsTransient(err) || ctx.Err() != nil {
+					if err == nil {
+						finished.Add(1)
+					}
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	// Wait until the cancels hold every connection they may take.
+	base := s.Stats().Max
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st := s.Stats(); st.InUse >= base/4 || time.Now().After(deadline) {
+			break
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := s.Order(lctx, rs[0].OrderID); err != nil {
+		t.Fatalf("order look-up while %d cancels wait on the inventory row: %v (pool %+v)", crowd, err, s.Stats())
+	}
+	if n := finished.Load(); n != 0 {
+		t.Fatalf("%d cancels finished while the inventory row was locked", n)
+	}
+	if err := locker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("cancel: %v", err)
+		}
+	}
+	if l := checkInvariants(t, s, "hot"); l.Stock != 100 || l.Live != 0 {
+		t.Errorf("after every cancel: %+v", l)
 	}
 }

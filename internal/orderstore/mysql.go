@@ -133,7 +133,7 @@ func openMySQL(ctx context.Context, raw string, o Options) (*myStore, error) {
 		return nil, err
 	}
 	outside.SetMaxOpenConns(4)
-	return &myStore{common: common{log: o.Logger, timeout: o.PaymentTimeout}, db: db, outside: outside, cfg: own}, nil
+	return &myStore{common: newCommon(o.Logger, o), db: db, outside: outside, cfg: own}, nil
 }
 
 func openMySQLPool(ctx context.Context, cfg *mysql.Config, o Options) (*sql.DB, error) {

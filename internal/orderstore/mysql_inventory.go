@@ -16,15 +16,17 @@ import (
 // which is harmless: the update that follows bumps it anyway. Rows affected
 // is 1 only when the row was inserted.
 const myCreateSKUSQL = `
-INSERT INTO inventory (sku_id, stock, total_stock, per_user_limit, starts_at, ends_at, buckets)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+INSERT INTO inventory (sku_id, stock, total_stock, per_user_limit, starts_at, ends_at, buckets,
+    ticket_required, tickets_open_at, waiting_room, admission_rate, tag)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE sku_id = sku_id`
 
 const myLockSKUSQL = `SELECT total_stock, stock FROM inventory WHERE sku_id = ? FOR UPDATE`
 
 const myUpdateSKUSQL = `
 UPDATE inventory
-SET stock = stock + ?, total_stock = ?, per_user_limit = ?, starts_at = ?, ends_at = ?, buckets = ?, updated_at = CURRENT_TIMESTAMP(6)
+SET stock = stock + ?, total_stock = ?, per_user_limit = ?, starts_at = ?, ends_at = ?, buckets = ?,
+    ticket_required = ?, tickets_open_at = ?, waiting_room = ?, admission_rate = ?, tag = ?, updated_at = CURRENT_TIMESTAMP(6)
 WHERE sku_id = ?`
 
 const mySKUSQL = `SELECT ` + skuColumns + ` FROM inventory WHERE sku_id = ?`
@@ -49,7 +51,8 @@ func (s *myStore) PutSKU(ctx context.Context, c SKUChange) (sku sale.SKU, delta 
 		err := tx.QueryRowContext(ctx, myLockSKUSQL, c.ID).Scan(&total, &stock)
 		switch {
 		case noRows(err):
-			res, err := tx.ExecContext(ctx, myCreateSKUSQL, c.ID, c.TotalStock, c.TotalStock, c.PerUserLimit, startsAt, endsAt, c.buckets())
+			res, err := tx.ExecContext(ctx, myCreateSKUSQL, c.ID, c.TotalStock, c.TotalStock, c.PerUserLimit, startsAt, endsAt, c.buckets(),
+				c.Crowd.TicketRequired, myNullTime(c.Crowd.TicketsOpenAt), c.Crowd.WaitingRoom, c.Crowd.AdmissionRate, c.Tag)
 			if err != nil {
 				return fmt.Errorf("orderstore: put sku %s: %w", c.ID, err)
 			}
@@ -73,7 +76,8 @@ func (s *myStore) PutSKU(ctx context.Context, c SKUChange) (sku sale.SKU, delta 
 				return fmt.Errorf("orderstore: put sku %s: total %d -> %d with %d units left: %w",
 					c.ID, total, c.TotalStock, stock, sale.ErrStockConflict)
 			}
-			if _, err := tx.ExecContext(ctx, myUpdateSKUSQL, delta, c.TotalStock, c.PerUserLimit, startsAt, endsAt, c.buckets(), c.ID); err != nil {
+			if _, err := tx.ExecContext(ctx, myUpdateSKUSQL, delta, c.TotalStock, c.PerUserLimit, startsAt, endsAt, c.buckets(),
+				c.Crowd.TicketRequired, myNullTime(c.Crowd.TicketsOpenAt), c.Crowd.WaitingRoom, c.Crowd.AdmissionRate, c.Tag, c.ID); err != nil {
 				return fmt.Errorf("orderstore: put sku %s: update: %w", c.ID, err)
 			}
 		}

@@ -135,6 +135,14 @@ func (s *myStore) Expire(ctx context.Context, id string, now time.Time) (o sale.
 }
 
 func (s *myStore) release(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (o sale.Order, again bool, err error) {
+	err = s.bounded(ctx, func() error {
+		o, again, err = s.releaseLoop(ctx, id, user, cause, now, due)
+		return err
+	})
+	return o, again, err
+}
+
+func (s *myStore) releaseLoop(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (o sale.Order, again bool, err error) {
 	for attempt := 0; ; attempt++ {
 		o, again, err = s.releaseOnce(ctx, id, user, cause, now, due)
 		if !errors.Is(err, errRaced) || attempt == 3 {
@@ -194,13 +202,16 @@ func (s *myStore) releaseOnce(ctx context.Context, id, user, cause string, now t
 		if err := myInsertAudit(ctx, tx, []auditRow{{sku: o.SKU, delta: o.Quantity, reason: AuditRelease + ":" + cause, orderID: o.ID, actor: a.Name, ip: a.SourceIP}}); err != nil {
 			return fmt.Errorf("orderstore: release %s: %w", id, err)
 		}
-		if _, err := tx.ExecContext(ctx, myGiveStockSQL, o.Quantity, o.SKU); err != nil {
-			return fmt.Errorf("orderstore: release %s: %w", id, err)
-		}
 		if err := myInsertRestores(ctx, tx, []Restore{{OrderID: o.ID, SKU: o.SKU, User: o.User, Quantity: o.Quantity}}); err != nil {
 			return fmt.Errorf("orderstore: release %s: %w", id, err)
 		}
 		if err := myInsertTransitions(ctx, tx, []transition{{r: orderRes(o), from: sale.StatusPendingPayment, to: sale.StatusCancelled, cause: cause, at: now}}); err != nil {
+			return fmt.Errorf("orderstore: release %s: %w", id, err)
+		}
+		// The sale's inventory row last: every release and apply of the
+		// sale takes its lock in turn, so it is held for this statement and
+		// the commit only.
+		if _, err := tx.ExecContext(ctx, myGiveStockSQL, o.Quantity, o.SKU); err != nil {
 			return fmt.Errorf("orderstore: release %s: %w", id, err)
 		}
 		return nil

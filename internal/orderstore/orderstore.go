@@ -84,6 +84,12 @@ type backend interface {
 	AuditRedis(ctx context.Context, sku string, delta int64, reason string) error
 	Audit(ctx context.Context, sku string, after int64, limit int) ([]AuditEntry, error)
 	PublishTransitions(ctx context.Context, limit int, publish func([]Transition) error) (int, error)
+
+	AddRisk(ctx context.Context, c RiskChange, now time.Time) (RiskEntry, error)
+	RemoveRisk(ctx context.Context, id int64, now time.Time) (RiskEntry, error)
+	RiskEntries(ctx context.Context, kind string, now time.Time) ([]RiskEntry, error)
+	RiskVersion(ctx context.Context) (int64, error)
+	RiskAudit(ctx context.Context, after int64, limit int) ([]RiskAuditEntry, error)
 }
 
 // scanner is a row to scan: pgx.Row, *sql.Row and *sql.Rows all are.
@@ -210,6 +216,30 @@ func (o *Options) fill() {
 type common struct {
 	log     *slog.Logger
 	timeout time.Duration // payment timeout
+	// releases bounds the release transactions (cancel, expire) running at
+	// once. Each ends on its SKU's inventory row, one at a time: without a
+	// bound, a crowd cancelling one sale fills the whole pool with
+	// transactions queued on that row lock, and every other query of the
+	// instance (the consumer's apply, payments, the catalog) waits for a
+	// connection until its deadline. A release waiting here holds no
+	// connection and no lock, so one whose deadline passes leaves nothing
+	// behind in the database.
+	releases chan struct{}
+}
+
+func newCommon(log *slog.Logger, o Options) common {
+	return common{log: log, timeout: o.PaymentTimeout, releases: make(chan struct{}, max(2, int(o.MaxConns)/4))}
+}
+
+// bounded runs fn once a release slot is free, or returns ctx's error.
+func (c *common) bounded(ctx context.Context, fn func() error) error {
+	select {
+	case c.releases <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("orderstore: waiting for a release slot: %w", ctx.Err())
+	}
+	defer func() { <-c.releases }()
+	return fn()
 }
 
 // expiry returns when an order accepted at acceptedMs expires unpaid.
@@ -230,6 +260,12 @@ type SKUChange struct {
 	// Buckets is the number of stock buckets of the sale in Redis:
 	// 1..sale.MaxBuckets; 0 means 1.
 	Buckets int
+	// Crowd is the sale's tickets and waiting room; a change replaces it
+	// whole, so a caller changing something else passes the current one.
+	Crowd sale.Crowd
+	// Tag groups sales for the capacity forecast ("" for none); like Crowd,
+	// a caller changing something else passes the current one.
+	Tag string
 }
 
 func (c SKUChange) buckets() int { return max(c.Buckets, 1) }
@@ -238,6 +274,8 @@ func (c SKUChange) validate() error {
 	switch {
 	case !sale.ValidSKU(c.ID):
 		return fmt.Errorf("%w: bad sku_id %q", sale.ErrInvalid, c.ID)
+	case !sale.ValidTag(c.Tag):
+		return fmt.Errorf("%w: bad tag %q", sale.ErrInvalid, c.Tag)
 	case c.TotalStock < 0 || c.TotalStock > sale.MaxStock:
 		return fmt.Errorf("%w: total_stock %d outside 0..%d", sale.ErrInvalid, c.TotalStock, sale.MaxStock)
 	case c.PerUserLimit < 1 || c.PerUserLimit > sale.MaxPerUserLimit:
@@ -246,6 +284,10 @@ func (c SKUChange) validate() error {
 		return fmt.Errorf("%w: ends_at must be after starts_at", sale.ErrInvalid)
 	case c.Buckets < 0 || c.Buckets > sale.MaxBuckets:
 		return fmt.Errorf("%w: buckets %d", sale.ErrInvalidBuckets, c.Buckets)
+	case c.Crowd.AdmissionRate < 0 || c.Crowd.AdmissionRate > sale.MaxAdmissionRate:
+		return fmt.Errorf("%w: admission_rate %d outside 0..%d", sale.ErrInvalid, c.Crowd.AdmissionRate, sale.MaxAdmissionRate)
+	case !c.Crowd.TicketsOpenAt.IsZero() && !c.StartsAt.IsZero() && c.Crowd.TicketsOpenAt.After(c.StartsAt):
+		return fmt.Errorf("%w: tickets_open_at must not be after starts_at", sale.ErrInvalid)
 	}
 	return nil
 }

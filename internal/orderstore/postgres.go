@@ -96,7 +96,7 @@ func openPostgres(ctx context.Context, url string, o Options) (*pgStore, error) 
 		pool.Close()
 		return nil, fmt.Errorf("orderstore: connect: %w", err)
 	}
-	return &pgStore{common: common{log: log, timeout: o.PaymentTimeout}, pool: pool, db: stdlib.OpenDBFromPool(pool)}, nil
+	return &pgStore{common: newCommon(log, o), pool: pool, db: stdlib.OpenDBFromPool(pool)}, nil
 }
 
 // createDatabase creates the database named in cc through the maintenance

@@ -11,11 +11,13 @@ import (
 )
 
 // skuColumns is the column list scanSKU reads.
-const skuColumns = `sku_id, total_stock, stock, per_user_limit, starts_at, ends_at, updated_at, buckets`
+const skuColumns = `sku_id, total_stock, stock, per_user_limit, starts_at, ends_at, updated_at, buckets,
+	ticket_required, tickets_open_at, waiting_room, admission_rate, tag`
 
 const insertSKUSQL = `
-INSERT INTO inventory (sku_id, stock, total_stock, per_user_limit, starts_at, ends_at, buckets)
-VALUES ($1, $2, $2, $3, $4, $5, $6)
+INSERT INTO inventory (sku_id, stock, total_stock, per_user_limit, starts_at, ends_at, buckets,
+    ticket_required, tickets_open_at, waiting_room, admission_rate, tag)
+VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (sku_id) DO NOTHING
 RETURNING ` + skuColumns
 
@@ -23,7 +25,8 @@ const lockSKUSQL = `SELECT total_stock, stock FROM inventory WHERE sku_id = $1 F
 
 const updateSKUSQL = `
 UPDATE inventory
-SET stock = stock + $2, total_stock = $3, per_user_limit = $4, starts_at = $5, ends_at = $6, buckets = $7, updated_at = now()
+SET stock = stock + $2, total_stock = $3, per_user_limit = $4, starts_at = $5, ends_at = $6, buckets = $7,
+    ticket_required = $8, tickets_open_at = $9, waiting_room = $10, admission_rate = $11, tag = $12, updated_at = now()
 WHERE sku_id = $1
 RETURNING ` + skuColumns
 
@@ -51,7 +54,8 @@ func (s *pgStore) PutSKU(ctx context.Context, c SKUChange) (sku sale.SKU, delta 
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	b.Queue(markAuditedSQL)
-	b.Queue(insertSKUSQL, c.ID, c.TotalStock, c.PerUserLimit, startsAt, endsAt, c.buckets()).QueryRow(func(row pgx.Row) error {
+	b.Queue(insertSKUSQL, c.ID, c.TotalStock, c.PerUserLimit, startsAt, endsAt, c.buckets(),
+		c.Crowd.TicketRequired, nullTime(c.Crowd.TicketsOpenAt), c.Crowd.WaitingRoom, c.Crowd.AdmissionRate, c.Tag).QueryRow(func(row pgx.Row) error {
 		inserted, err := scanSKU(row)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -81,7 +85,8 @@ func (s *pgStore) PutSKU(ctx context.Context, c SKUChange) (sku sale.SKU, delta 
 			return sale.SKU{}, 0, false, fmt.Errorf("orderstore: put sku %s: total %d -> %d with %d units left: %w",
 				c.ID, total, c.TotalStock, stock, sale.ErrStockConflict)
 		}
-		sku, err = scanSKU(tx.QueryRow(ctx, updateSKUSQL, c.ID, delta, c.TotalStock, c.PerUserLimit, startsAt, endsAt, c.buckets()))
+		sku, err = scanSKU(tx.QueryRow(ctx, updateSKUSQL, c.ID, delta, c.TotalStock, c.PerUserLimit, startsAt, endsAt, c.buckets(),
+			c.Crowd.TicketRequired, nullTime(c.Crowd.TicketsOpenAt), c.Crowd.WaitingRoom, c.Crowd.AdmissionRate, c.Tag))
 		if err != nil {
 			return sale.SKU{}, 0, false, fmt.Errorf("orderstore: put sku %s: update: %w", c.ID, err)
 		}
@@ -142,9 +147,14 @@ func scanSKU(row scanner) (sale.SKU, error) {
 	var (
 		s                sale.SKU
 		startsAt, endsAt *time.Time
+		ticketsOpenAt    *time.Time
 	)
-	if err := row.Scan(&s.ID, &s.TotalStock, &s.Stock, &s.PerUserLimit, &startsAt, &endsAt, &s.UpdatedAt, &s.Buckets); err != nil {
+	if err := row.Scan(&s.ID, &s.TotalStock, &s.Stock, &s.PerUserLimit, &startsAt, &endsAt, &s.UpdatedAt, &s.Buckets,
+		&s.Crowd.TicketRequired, &ticketsOpenAt, &s.Crowd.WaitingRoom, &s.Crowd.AdmissionRate, &s.Tag); err != nil {
 		return sale.SKU{}, err
+	}
+	if ticketsOpenAt != nil {
+		s.Crowd.TicketsOpenAt = ticketsOpenAt.UTC()
 	}
 	if startsAt != nil {
 		s.StartsAt = startsAt.UTC()

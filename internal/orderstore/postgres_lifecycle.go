@@ -217,6 +217,14 @@ func (s *pgStore) Expire(ctx context.Context, id string, now time.Time) (o sale.
 var errNotDue = errors.New("not due")
 
 func (s *pgStore) release(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (o sale.Order, again bool, err error) {
+	err = s.bounded(ctx, func() error {
+		o, again, err = s.releaseLoop(ctx, id, user, cause, now, due)
+		return err
+	})
+	return o, again, err
+}
+
+func (s *pgStore) releaseLoop(ctx context.Context, id, user, cause string, now time.Time, due *time.Time) (o sale.Order, again bool, err error) {
 	for attempt := 0; ; attempt++ {
 		o, again, err = s.releaseOnce(ctx, id, user, cause, now, due)
 		if !errors.Is(err, errRaced) || attempt == 3 {

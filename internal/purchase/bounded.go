@@ -2,6 +2,7 @@ package purchase
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/flashsale/flashsale/internal/sale"
@@ -63,6 +64,28 @@ func (g BoundedGate) Unsent(ctx context.Context, sku, user, orderID string) ([]b
 	}
 	return g.PingGate.Unsent(ctx, sku, user, orderID)
 }
+
+// heldReader is a gate that says how many units of a sale a buyer holds
+// (stockgate.Gate.Held).
+type heldReader interface {
+	Held(ctx context.Context, sku, user string) (int64, error)
+}
+
+// Held is the wrapped gate's, bounded by Timeout; a gate that cannot say
+// answers errNoHeld.
+func (g BoundedGate) Held(ctx context.Context, sku, user string) (int64, error) {
+	h, ok := g.PingGate.(heldReader)
+	if !ok {
+		return 0, errNoHeld
+	}
+	ctx, cancel := g.bound(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	return h.Held(ctx, sku, user)
+}
+
+var errNoHeld = errors.New("purchase: the gate does not say what a buyer holds")
 
 // bound returns ctx bounded by Timeout, and its cancel. A caller's deadline
 // that ends first already bounds the call (the purchase path's breaker

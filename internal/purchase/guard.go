@@ -203,10 +203,12 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 		// A sale being (re)loaded is answered by a healthy Redis: it must not
 		// push purchases to the database while the rebuild runs.
 		// Neither is a split sale whose buckets moved under the call, or
-		// one split anew since the catalog was read.
+		// one split anew since the catalog was read, or one a newer
+		// release seeded in its layout.
 		IsExcluded: func(err error) bool {
 			return errors.Is(err, context.Canceled) || errors.Is(err, sale.ErrNotWarmed) ||
-				errors.Is(err, sale.ErrBusy) || errors.Is(err, stockgate.ErrBucketsChanged)
+				errors.Is(err, sale.ErrBusy) || errors.Is(err, stockgate.ErrBucketsChanged) ||
+				errors.Is(err, stockgate.ErrLayoutNewer)
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateOpen {

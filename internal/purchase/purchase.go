@@ -56,6 +56,12 @@ type Observer interface {
 	Purchase(outcome string)
 }
 
+// SaleCounter counts each purchase of a known SKU per second for the sale
+// history (salehistory.Tally): in memory, no I/O; nil is fine.
+type SaleCounter interface {
+	Record(sku, outcome string, d time.Duration)
+}
+
 // Announcer tells every instance, this one included, that a sale changed
 // (units came back or its settings changed); each calls Noticed. It must not
 // block: a notice is a hint, the sold-out flag's TTL covers a lost one.
@@ -101,6 +107,10 @@ type Deps struct {
 	Announcer Announcer
 	// Tracer, if set, traces each gate call (span stockgate.reserve).
 	Tracer *tracing.Tracer
+	// Crowd, if set, is asked before the gate (tickets, waiting room).
+	Crowd Crowd
+	// Counter, if set, counts every purchase of a known SKU (sale history).
+	Counter SaleCounter
 }
 
 // Service is the purchase path. Safe for concurrent use.
@@ -122,12 +132,14 @@ type Service struct {
 	soldOut  soldOutFlags
 	announce Announcer
 	tracer   *tracing.Tracer
+	crowd    Crowd
+	counter  SaleCounter
 }
 
 // New returns a purchase service.
 func New(d Deps, bc BreakerConfig) *Service {
 	s := &Service{Catalog: d.Catalog, gate: d.Gate, relay: d.Relay, orders: d.Orders, loader: d.Loader, log: d.Log, obs: d.Observer, now: time.Now, ack: d.StreamAck, seller: d.Seller,
-		limits: d.Limits, announce: d.Announcer, tracer: d.Tracer}
+		limits: d.Limits, announce: d.Announcer, tracer: d.Tracer, crowd: d.Crowd, counter: d.Counter}
 	s.soldOut.ttl = d.Limits.SoldOutTTL
 	rebuild := d.RebuildAll
 	if rebuild == nil {
@@ -152,6 +164,24 @@ type Request struct {
 	// ClientIP is recorded in the audit trail and keys the per-IP rate
 	// limit ("" skips that limit).
 	ClientIP string
+	// Ticket and Admission are the buyer's proofs for a sale with tickets
+	// or a waiting room (Deps.Crowd checks them).
+	Ticket, Admission string
+	// Blocked, if set, is the refusal of a buyer or address on the risk
+	// lists (the caller checks them): the purchase is refused with it,
+	// unless it is a retry of an Idempotency-Key that made an order, which
+	// gets its order.
+	Blocked error
+}
+
+// Crowd checks, in memory, that a purchase may reach the gate: the buyer
+// holds a ticket where the sale needs one and an admission where it has a
+// waiting room. The error is a refusal (sale.ErrTicketRequired,
+// sale.ErrNotAdmitted, wrapped);
+// expired is true when the refused proof is authentic but out of time, so
+// a retry of an Idempotency-Key that made an order still gets its order.
+type Crowd interface {
+	Admit(sku sale.SKU, req Request, now time.Time) (expired bool, err error)
 }
 
 // Result is an accepted purchase.
@@ -178,12 +208,18 @@ type Result struct {
 // Unknown SKUs, closed windows, SKUs flagged sold out and limits known to
 // refuse are answered from memory: they never reach Redis or the database.
 func (s *Service) Buy(ctx context.Context, req Request) (Result, error) {
+	start := time.Now()
 	res, err := s.buy(ctx, req)
 	if err == nil && res.Duplicate {
 		res = s.settled(ctx, req.User, res)
 	}
+	outcome := outcomeOf(err)
 	if s.obs != nil {
-		s.obs.Purchase(outcomeOf(err))
+		s.obs.Purchase(outcome)
+	}
+	// Only SKUs of the catalog are counted: junk ids must not make keys.
+	if s.counter != nil && outcome != "unknown_sku" && outcome != "invalid" {
+		s.counter.Record(req.SKU, outcome, time.Since(start))
 	}
 	return res, err
 }
@@ -235,6 +271,27 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 	}
 	if req.Quantity > sku.PerUserLimit {
 		return Result{}, sale.ErrLimitReached
+	}
+	if req.Blocked != nil {
+		// A retry of a key that made an order before the buyer was listed
+		// gets its order (I11): a read, only with a key.
+		if res, found, kerr := s.retried(ctx, req); found {
+			return res, kerr
+		}
+		return Result{}, req.Blocked
+	}
+	if s.crowd != nil {
+		if expired, err := s.crowd.Admit(sku, req, now); err != nil {
+			// A retry of a key that made an order gets its order, though
+			// its ticket or admission has run out since: a read, and only
+			// for a proof this buyer really held.
+			if expired {
+				if res, found, kerr := s.retried(ctx, req); found {
+					return res, kerr
+				}
+			}
+			return Result{}, err
+		}
 	}
 	ipKey := ""
 	if s.limits.IP.On() {
@@ -320,12 +377,29 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		if res, found, err := s.keyInGate(ctx, req, fallbackKeyLookup); found {
 			return res, err
 		}
+		// The buyer's reservations still in flight in Redis are not in
+		// the database yet, so the fallback's limit check cannot see
+		// them: a Redis that answers (slow, not gone) says what the buyer
+		// holds, and a purchase past the limit is refused here instead of
+		// sold beside a reservation the database would then refuse.
+		if held, ok := s.heldInGate(ctx, r.SKU, r.User); ok && held+r.Quantity > sku.PerUserLimit {
+			if req.IdempotencyKey != "" {
+				// What the buyer holds may be this key's own first
+				// attempt, whose look-up above did not answer in time:
+				// the key's outcome is unknown, never limit_reached.
+				return Result{}, fmt.Errorf("%w: the buyer holds %d of %d in redis, which may be this Idempotency-Key's order: retry with the same key", sale.ErrUnavailable, held, sku.PerUserLimit)
+			}
+			return Result{}, fmt.Errorf("%w: %d of %d held", sale.ErrLimitReached, held, sku.PerUserLimit)
+		}
 		res, err := s.guard.buyDirect(ctx, r, now)
 		if errors.Is(err, sale.ErrSoldOut) {
 			s.soldOut.set(r.SKU, 0, now, gen)
 		}
 		return res, err
 	case errors.Is(err, sale.ErrBusy):
+		return Result{}, err
+	case errors.Is(err, stockgate.ErrLayoutNewer):
+		// Seeded by a newer release: its instances serve it.
 		return Result{}, err
 	case errors.Is(err, stockgate.ErrBucketsChanged):
 		// The sale was split anew since the catalog was read.
@@ -368,6 +442,20 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 // not hold the fallback for the whole gate timeout.
 const fallbackKeyLookup = 100 * time.Millisecond
 
+// heldInGate returns the units of sku user holds according to the gate,
+// asked within fallbackKeyLookup; ok is false when the gate cannot say in
+// time (Redis down or hung: the database's own limit check stands alone).
+func (s *Service) heldInGate(ctx context.Context, sku, user string) (int64, bool) {
+	h, ok := s.gate.(heldReader)
+	if !ok {
+		return 0, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, fallbackKeyLookup)
+	defer cancel()
+	n, err := h.Held(ctx, sku, user)
+	return n, err == nil
+}
+
 // keyInGate returns the order req's Idempotency-Key made, as the gate's
 // idempotency hash records it (queued: it may still be in flight), once it
 // is as durable as a first 202 (inStream; err is its refusal). found is
@@ -389,6 +477,29 @@ func (s *Service) keyInGate(ctx context.Context, req Request, limit time.Duratio
 	}
 	res, err = s.inStreamWith(ctx, lctx, req, Result{OrderID: id, Duplicate: true, Status: sale.StatusQueued})
 	return res, true, err
+}
+
+// retriedGateWait bounds retried's look-up in Redis, so that a refused
+// retry does not wait out a Redis that is not answering.
+const retriedGateWait = 250 * time.Millisecond
+
+// retried looks for the order a refused purchase's Idempotency-Key made:
+// in the gate (not while the breaker is open), then in the database (an
+// order the fallback sold, or one Redis no longer holds). found is false
+// without a key, or when neither has one.
+func (s *Service) retried(ctx context.Context, req Request) (Result, bool, error) {
+	if req.IdempotencyKey == "" {
+		return Result{}, false, nil
+	}
+	if s.guard.State() != "open" {
+		if res, found, err := s.keyInGate(ctx, req, retriedGateWait); found {
+			return res, true, err
+		}
+	}
+	if res, found := s.keyInDatabase(ctx, req); found {
+		return res, true, nil
+	}
+	return Result{}, false, nil
 }
 
 // inStream returns res, the order a retried Idempotency-Key made, once the
@@ -465,7 +576,8 @@ func (s *Service) reserve(ctx context.Context, r sale.Reservation, l stockgate.L
 			}
 			return gr, nil
 		}
-		if isBusiness(err) || errors.Is(err, sale.ErrNotWarmed) || errors.Is(err, stockgate.ErrBucketsChanged) || ctx.Err() != nil {
+		if isBusiness(err) || errors.Is(err, sale.ErrNotWarmed) || errors.Is(err, stockgate.ErrBucketsChanged) ||
+			errors.Is(err, stockgate.ErrLayoutNewer) || ctx.Err() != nil {
 			return gr, err
 		}
 		s.log.WarnContext(ctx, "purchase: gate outcome unknown, asking again with the same order id", "order_id", r.OrderID, "attempt", attempt+1, "err", err)
@@ -527,7 +639,8 @@ func (s *Service) triggerLoad(sku string) {
 }
 
 func isBusiness(err error) bool {
-	for _, e := range []error{sale.ErrSoldOut, sale.ErrLimitReached, sale.ErrSaleNotOpen, sale.ErrSaleEnded, sale.ErrInvalid, sale.ErrUnknownSKU, sale.ErrRateLimited} {
+	for _, e := range []error{sale.ErrSoldOut, sale.ErrLimitReached, sale.ErrSaleNotOpen, sale.ErrSaleEnded, sale.ErrInvalid, sale.ErrUnknownSKU, sale.ErrRateLimited,
+		sale.ErrTicketRequired, sale.ErrNotAdmitted, sale.ErrBlocked} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -553,6 +666,12 @@ func outcomeOf(err error) string {
 		return "busy"
 	case errors.Is(err, sale.ErrRateLimited):
 		return "rate_limited"
+	case errors.Is(err, sale.ErrTicketRequired):
+		return "ticket_required"
+	case errors.Is(err, sale.ErrNotAdmitted):
+		return "not_admitted"
+	case errors.Is(err, sale.ErrBlocked):
+		return "blocked"
 	}
 	return "error"
 }

@@ -451,8 +451,16 @@ func (s *Syncer) Patch(ctx context.Context, id string, change func(cur sale.SKU)
 	}
 	c.ID = id
 	if c.TotalStock == cur.TotalStock && c.PerUserLimit == cur.PerUserLimit && c.StartsAt.Equal(cur.StartsAt) && c.EndsAt.Equal(cur.EndsAt) &&
-		max(c.Buckets, 1) == cur.BucketCount() {
-		return cur, nil // nothing to change: no write, no audit row
+		max(c.Buckets, 1) == cur.BucketCount() && c.Crowd.Equal(cur.Crowd) && c.Tag == cur.Tag {
+		// Nothing to change in the database. A re-split saved there whose
+		// Redis side did not finish (its answer was a 503, "retry") is
+		// finished by the retry: Redis is loaded into the saved buckets.
+		if k, err := s.gate.Buckets(ctx, id); err == nil && k != cur.BucketCount() {
+			if _, err := s.splitLoad(ctx, cur, token, stockgate.BucketNames(id, k)); err != nil {
+				return sale.SKU{}, err
+			}
+		}
+		return cur, nil // no write, no audit row
 	}
 	sku, _, err := s.put(ctx, token, c)
 	return sku, err

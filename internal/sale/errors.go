@@ -49,6 +49,22 @@ var (
 	// yet decided by the database): nothing was changed; retry once they
 	// are decided.
 	ErrBucketsInFlight = errors.New("the sale has reservations in flight: its stock buckets cannot be changed now")
+	// ErrTicketRequired is returned when a purchase of a sale that needs a
+	// ticket (a solved proof of work) carries no valid one.
+	ErrTicketRequired = errors.New("a valid ticket is required")
+	// ErrNotAdmitted is returned when a purchase of a sale with a waiting
+	// room carries no valid admission for its buyer.
+	ErrNotAdmitted = errors.New("not admitted by the waiting room")
+	// ErrBlocked is returned when the buyer, or the address the request
+	// comes from, is on the risk lists (docs/risk.md): the buyer routes
+	// answer 403 blocked.
+	ErrBlocked = errors.New("blocked by the risk lists")
+	// ErrUnknownRiskEntry is returned when no live risk list entry has the id.
+	ErrUnknownRiskEntry = errors.New("unknown risk list entry")
+	// ErrNoHistory is returned when a sale's history is asked for before
+	// there is anything to record: it has not started, or it has no window
+	// and no purchase was counted.
+	ErrNoHistory = errors.New("nothing to record yet")
 )
 
 // ErrInvalidBuckets is the sale.ErrInvalid of a number of stock buckets

@@ -44,6 +44,42 @@ type SKU struct {
 	// Buckets is the number of stock buckets the gate splits the sale
 	// over, each under its own Redis hash tag (1..MaxBuckets; 0 counts as 1).
 	Buckets int
+	// Crowd is how the sale meets its crowd: tickets and a waiting room.
+	Crowd Crowd
+	// Tag groups sales for the capacity forecast (flashsale plan -forecast
+	// -tag): "" or 1-64 of [A-Za-z0-9_-] (ValidTag).
+	Tag string
+}
+
+// Crowd is a sale's crowd settings (docs/crowd.md). The zero value is a
+// sale without either: anyone signed in may buy at once.
+type Crowd struct {
+	// TicketRequired: a purchase needs a ticket, earned by solving a
+	// proof-of-work challenge (403 ticket_required without one).
+	TicketRequired bool
+	// TicketsOpenAt is when challenges are first handed out (zero: at the
+	// sale's start). It is not after the sale's start.
+	TicketsOpenAt time.Time
+	// WaitingRoom: buyers join a queue and buy only once admitted (403
+	// not_admitted otherwise).
+	WaitingRoom bool
+	// AdmissionRate is the waiting room's admissions per second; 0 derives
+	// it from the remaining stock and the gate's capacity.
+	AdmissionRate int64
+}
+
+// Equal reports whether c and d are the same settings (times by instant).
+func (c Crowd) Equal(d Crowd) bool {
+	return c.TicketRequired == d.TicketRequired && c.TicketsOpenAt.Equal(d.TicketsOpenAt) &&
+		c.WaitingRoom == d.WaitingRoom && c.AdmissionRate == d.AdmissionRate
+}
+
+// TicketsOpen returns when the sale starts handing out challenges.
+func (s SKU) TicketsOpen() time.Time {
+	if s.Crowd.TicketsOpenAt.IsZero() {
+		return s.StartsAt
+	}
+	return s.Crowd.TicketsOpenAt
 }
 
 // BucketCount returns the sale's number of stock buckets (at least 1).
@@ -169,6 +205,9 @@ const (
 	MaxIdempotencyKey = 128
 	// MaxBuckets is the largest number of stock buckets of one SKU.
 	MaxBuckets = 64
+	// MaxAdmissionRate is the largest admission rate of a waiting room
+	// (buyers per second).
+	MaxAdmissionRate = 1_000_000
 )
 
 // The id checks run on every request (several per purchase): byte loops over
@@ -213,6 +252,10 @@ func all(s string, t *[256]bool, maxLen int) bool {
 // (^[A-Za-z0-9_-]{1,64}$). The pattern keeps ids safe as Redis key parts and
 // NATS subject tokens.
 func ValidSKU(id string) bool { return all(id, &skuChars, 64) }
+
+// ValidTag reports whether tag is an acceptable SKU tag: empty (none) or
+// what ValidSKU accepts.
+func ValidTag(tag string) bool { return tag == "" || ValidSKU(tag) }
 
 // ValidUser reports whether id is an acceptable user id: 1-128 of
 // [A-Za-z0-9_.@-] (^[A-Za-z0-9_.@-]{1,128}$).

@@ -232,7 +232,7 @@ func (g *Gate) UnlockBuckets(ctx context.Context, names []string, token string) 
 func (g *Gate) DropBuckets(ctx context.Context, names []string) error {
 	for _, n := range names {
 		k := g.KeysOf(n)
-		for _, key := range []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, k.Rel, g.acceptedKey(n), g.xferKey(n), g.xinKey(n)} {
+		for _, key := range []string{k.Meta, k.Buyers, k.Res, k.Outbox, k.Idem, k.Rel, g.acceptedKey(n), g.xferKey(n), g.xinKey(n), k.Journal, g.shadowsKey(n)} {
 			if err := g.c.Do(ctx, g.c.B().Del().Key(key).Build()).Error(); err != nil {
 				return fmt.Errorf("stockgate: drop bucket %s: %w", n, err)
 			}

@@ -32,13 +32,9 @@ func scriptCalls(t *testing.T, c rueidis.Client) int64 {
 	return n
 }
 
-// One hot SKU split in 3 buckets on a real 3-primary Redis Cluster: its
-// gate calls land on all three primaries in roughly equal shares (each
-// primary's script calls within 2x of every other's: a distribution check,
-// not a timing), and after a concurrent sale that sells out the totals are
-// exact: every unit sold once, none left in any bucket or in transfer, no
-// buyer over the limit.
-func TestBucketsSpreadOverClusterPrimaries(t *testing.T) {
+// clusterClient starts a 3-primary cluster and returns a client of it.
+func clusterClient(t *testing.T) rueidis.Client {
+	t.Helper()
 	var addrs []string
 	for _, s := range startCluster(t) {
 		addrs = append(addrs, s.Addr)
@@ -48,6 +44,17 @@ func TestBucketsSpreadOverClusterPrimaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	return c
+}
+
+// One hot SKU split in 3 buckets on a real 3-primary Redis Cluster: its
+// gate calls land on all three primaries in roughly equal shares (each
+// primary's script calls within 2x of every other's: a distribution check,
+// not a timing), and after a concurrent sale that sells out the totals are
+// exact: every unit sold once, none left in any bucket or in transfer, no
+// buyer over the limit.
+func TestBucketsSpreadOverClusterPrimaries(t *testing.T) {
+	c := clusterClient(t)
 	g := stockgate.New(c, "fs")
 	runBucketScripts(t, g, "scripts") // every bucket script on the cluster: none is CROSSSLOT
 	for _, k := range []int{3, 6} {

@@ -22,7 +22,7 @@ func primaryWithReplica(t *testing.T) (primary, replica *testenv.RedisServer) {
 	primary = testenv.StartRedis(t, "--repl-diskless-sync-delay", "0") // a replica's first sync at once, not after 5 s
 	host, port, _ := strings.Cut(primary.Addr, ":")
 	replica = testenv.StartRedis(t, "--replicaof", host, port)
-	waitReplicating(t, testenv.RedisClient(t, primary.URL))
+	waitReplicating(t, testenv.RedisClient(t, primary.URL), "fo:replicating")
 	return primary, replica
 }
 
@@ -33,12 +33,15 @@ func primaryWithReplica(t *testing.T) (primary, replica *testenv.RedisServer) {
 // only once its server cron has seen the sync end, and after a diskless
 // sync it streams writes only from the replica's first REPLCONF ACK, sent
 // once a second; a replica paused and resumed catches up from a backlog.
-func waitReplicating(t *testing.T, c rueidis.Client) {
+// The write is an INCR of key (on a cluster node, a key of the node's
+// slots); the replication stream is ordered, so once it is acknowledged
+// everything the primary wrote before it has reached the replica too.
+func waitReplicating(t *testing.T, c rueidis.Client, key string) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		rs := c.DoMulti(ctx, c.B().Incr().Key("fo:replicating").Build(), c.B().Wait().Numreplicas(1).Timeout(1000).Build())
+		rs := c.DoMulti(ctx, c.B().Incr().Key(key).Build(), c.B().Wait().Numreplicas(1).Timeout(1000).Build())
 		n, err := rs[1].AsInt64()
 		if err == nil && n >= 1 {
 			return
@@ -81,7 +84,7 @@ func TestTransferHalfLostInFailover(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sku := strings.ReplaceAll(tc.name, " ", "-")
 			// The replica caught up after the last case's pause.
-			waitReplicating(t, c)
+			waitReplicating(t, c, "fo:replicating")
 			seedSplit(t, g, sku, k, stock, 5) // 5 + 5
 			names := stockgate.BucketNames(sku, k)
 			bs, err := g.ReadBuckets(ctx, names, false)

@@ -38,9 +38,6 @@ func (g *Gate) CompleteTransfer(ctx context.Context, from, id, to, toEpoch strin
 	return g.completeTransfer(ctx, from, id, to, toEpoch, units)
 }
 
-// SlotOf is slotOf, for tests.
-func SlotOf(tag string) int { return slotOf(tag) }
-
 // Transfer is transfer (both halves, durable where replicas exist), for
 // tests.
 func (g *Gate) Transfer(ctx context.Context, from, to, toEpoch string, units int64, k int) error {

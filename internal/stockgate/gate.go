@@ -6,7 +6,8 @@
 // Redis Cluster slot:
 //
 //	<prefix>:{sku}:meta    hash  avail, debt, limit, starts, ends, reserved, moves, epoch,
-//	                             inflight (units in res), cfloor (closed markers dropped below), seeding
+//	                             inflight (units in res), cfloor (closed markers dropped below), seeding,
+//	                             layout (seed.lua), shadow, shadowlen, shadowseq (the journal's lease)
 //	<prefix>:{sku}:buyers  hash  user -> units held
 //	<prefix>:{sku}:res     hash  order_id -> reservation JSON (in flight)
 //	<prefix>:{sku}:outbox  zset  order_id by accepted ms (not yet in the stream)
@@ -14,6 +15,8 @@
 //	<prefix>:{sku}:closed  zset  closed order ids by accepted ms (the '#' markers, dropped after ClosedRetention)
 //	<prefix>:{sku}:rel     set   order ids whose release was restored here
 //	<prefix>:{sku}:lock    string the token of the instance changing the SKU (LockSKU)
+//	<prefix>:{sku}:journal stream the reserve script's decisions while a shadow holds a lease (shadow.go)
+//	<prefix>:{sku}:shadows hash  the shadows' journal leases: token -> end ms (shadowlease.lua)
 //	<prefix>:skus          set   SKUs loaded (scanned by the relay)
 //
 // Files by concern: gate.go (the Gate, its scripts and keys), reserve.go
@@ -87,7 +90,7 @@ func New(c rueidis.Client, prefix string) *Gate {
 		c:        c,
 		prefix:   prefix,
 		closedMs: DefaultClosedRetention.Milliseconds(),
-		reserve:  rueidis.NewLuaScript(reserveLua),
+		reserve:  newReserveScript(reserveLua),
 		finalize: rueidis.NewLuaScript(debtLua + finalizeLua),
 		seed:     rueidis.NewLuaScript(seedLua),
 		inflight: rueidis.NewLuaScriptReadOnly(inflightLua),
@@ -121,13 +124,13 @@ func (g *Gate) SetClosedRetention(d time.Duration) { g.closedMs = d.Milliseconds
 var ErrClosedForgotten = errors.New("stockgate: reservation older than the closed-order retention")
 
 // Keys names the Redis keys of one SKU.
-type Keys struct{ Meta, Buyers, Res, Outbox, Idem, Rel, Lock, Closed string }
+type Keys struct{ Meta, Buyers, Res, Outbox, Idem, Rel, Lock, Closed, Journal string }
 
 // KeysOf returns the keys of sku.
 func (g *Gate) KeysOf(sku string) Keys {
 	base := g.prefix + ":{" + sku + "}:"
 	return Keys{Meta: base + "meta", Buyers: base + "buyers", Res: base + "res", Outbox: base + "outbox", Idem: base + "idem", Rel: base + "rel",
-		Lock: base + "lock", Closed: base + "closed"}
+		Lock: base + "lock", Closed: base + "closed", Journal: base + "journal"}
 }
 
 func (g *Gate) registry() string { return g.prefix + ":skus" }

@@ -64,6 +64,12 @@ var keyLookupPool = sync.Pool{New: func() any { return &keyLookup{done: make(cha
 // read there in a second round trip. An error means Redis could not say,
 // never "not found".
 func (g *Gate) Duplicate(ctx context.Context, sku, user, key string) (string, bool, error) {
+	// A context already done asks nothing: below, a batch that answers at
+	// once and the done context would both be ready, and select picks
+	// either (a look-up past its deadline answered "found" now and then).
+	if err := ctx.Err(); err != nil {
+		return "", false, fmt.Errorf("stockgate: idempotency lookup: %w", err)
+	}
 	l := keyLookupPool.Get().(*keyLookup)
 	l.user, l.field = user, user+"\x00"+key
 	g.keys.mu.Lock()

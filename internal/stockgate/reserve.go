@@ -131,7 +131,7 @@ func (g *Gate) reserveIn(ctx context.Context, r sale.Reservation, l Limits, k in
 	if l.IPKey == "" {
 		ip = Rate{}
 	}
-	ks := []string{keys.Meta, keys.Buyers, keys.Res, keys.Outbox, keys.Idem}
+	ks := []string{keys.Meta, keys.Buyers, keys.Res, keys.Outbox, keys.Idem, keys.Journal}
 	args := []string{r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10), strconv.FormatInt(r.AcceptedAt, 10), idem, string(payload)}
 	if l.SKU.On() || l.User.On() || ip.On() {
 		lk := g.limitKeys(name, r.User, l.IPKey)
@@ -174,9 +174,16 @@ func (g *Gate) reserveIn(ctx context.Context, r sale.Reservation, l Limits, k in
 		return ReserveResult{}, ErrClosedForgotten
 	case -8:
 		return ReserveResult{}, ErrBucketsChanged
+	case -9:
+		return ReserveResult{}, ErrLayoutNewer
 	}
 	return ReserveResult{}, fmt.Errorf("stockgate: reserve: unexpected code %d", code)
 }
+
+// ErrLayoutNewer: the sale's keys were seeded in a layout newer than this
+// release's scripts know (meta's layout field): a newer release's
+// instances serve it. Nothing was written; the buyer is asked to retry.
+var ErrLayoutNewer = fmt.Errorf("%w: the sale's redis keys are in a newer release's layout", sale.ErrUnavailable)
 
 // LimitedError is the sale.ErrRateLimited of ReserveLimited: how long each
 // limit goes on refusing (0: that limit passed). It unwraps to the

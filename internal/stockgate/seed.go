@@ -254,7 +254,7 @@ func (g *Gate) Expire(ctx context.Context, sku string, now time.Time, retention 
 		return false, fmt.Errorf("stockgate: expire: %w", err)
 	}
 	if n == 1 {
-		for _, key := range []string{g.xferKey(sku), g.xinKey(sku)} {
+		for _, key := range []string{g.xferKey(sku), g.xinKey(sku), k.Journal, g.shadowsKey(sku)} {
 			if err := g.c.Do(ctx, g.c.B().Del().Key(key).Build()).Error(); err != nil {
 				return true, err
 			}

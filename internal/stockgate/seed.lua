@@ -90,6 +90,7 @@ redis.call('HSETNX', KEYS[1], 'reserved', 0)
 redis.call('HINCRBY', KEYS[1], 'moves', 1)
 local avail, debt = tonumber(ARGV[1]), 0
 if avail < 0 then debt, avail = -avail, 0 end
+-- layout: the version of this key layout (reserve.lua refuses a newer one).
 redis.call('HSET', KEYS[1], 'avail', avail, 'debt', debt, 'limit', ARGV[2], 'starts', ARGV[3],
-  'ends', ARGV[4], 'epoch', ARGV[5])
+  'ends', ARGV[4], 'epoch', ARGV[5], 'layout', '1')
 return 1

@@ -105,6 +105,16 @@ func TestScriptsOneSlot(t *testing.T) {
 		lim := stockgate.Rate{PerSecond: 100, Burst: 100}
 		_, err = g.ReserveLimited(ctx, r2, stockgate.Limits{SKU: lim, User: lim, IP: lim, IPKey: "10.0.0.1"})
 		must("reserve limited", err)
+		// A shadow: its lease, the journal the reserve writes under it, its run.
+		sh, stop := runShadow(t, g, sku, stockgate.ShadowConfig{Instance: "slots", Script: equivalent})
+		_, err = g.Reserve(ctx, res(sku, "u3", 1))
+		must("reserve under a shadow", err)
+		for deadline := time.Now().Add(10 * time.Second); sh.Stats().Match != 1; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("shadow on a cluster: %+v", sh.Stats())
+			}
+		}
+		stop()
 		must("unqueue", g.Unqueue(ctx, sku, r1.OrderID))
 		_, _, err = g.IndexInFlight(ctx, sku, 0, 100)
 		must("index", err)

@@ -56,3 +56,34 @@ func FreePort() (int, error) {
 	}
 	return 0, fmt.Errorf("testenv: no free port below %d in 100 tries: %w", high, err)
 }
+
+// clusterBusOffset is what a Redis Cluster node adds to its port for its
+// cluster bus (Redis' default).
+const clusterBusOffset = 10000
+
+// FreeClusterPort is FreePort for a Redis Cluster node: the port and its
+// bus port (+10000) are both below the ephemeral range and were both free
+// a moment ago. (A port from FreePort could have its bus port in the
+// ephemeral range, where the local end of any outgoing connection may take
+// it: seen as "Failed listening on port ... (cluster), aborting".)
+func FreeClusterPort() (int, error) {
+	high := ephemeralStart() - clusterBusOffset
+	if high <= lowestPort {
+		return 0, fmt.Errorf("testenv: no room for a cluster node and its bus below port %d", ephemeralStart())
+	}
+	var err error
+	for range 100 {
+		p := lowestPort + rand.IntN(high-lowestPort)
+		var l1, l2 net.Listener
+		if l1, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err != nil {
+			continue
+		}
+		l2, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+clusterBusOffset)))
+		l1.Close()
+		if err == nil {
+			l2.Close()
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("testenv: no free cluster port pair below %d in 100 tries: %w", high, err)
+}

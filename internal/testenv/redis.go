@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -190,8 +191,12 @@ func StartRedis(t testing.TB, args ...string) *RedisServer {
 
 	// Another process may take the free port between our probe and the
 	// server's bind; try a few ports before giving up.
+	free := FreePort
+	if slices.Contains(args, "--cluster-enabled") {
+		free = FreeClusterPort // and its bus port, +10000
+	}
 	for attempt := 1; ; attempt++ {
-		port, err := FreePort()
+		port, err := free()
 		if err != nil {
 			t.Fatalf("testenv: finding a free port for redis-server: %v", err)
 		}

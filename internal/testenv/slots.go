@@ -75,10 +75,34 @@ type SlotHog struct {
 // Release (also on Cleanup) gives the slots back.
 func HoldConnections(t testing.TB, s DatabaseServer) *SlotHog {
 	t.Helper()
+	return HoldConnectionsPaused(t, s, func() {}, func() {})
+}
+
+// HoldConnectionsPaused is HoldConnections with the server's other clients
+// paused (pause, then resume once the hog alone holds every slot): a client
+// that reconnects at once, or several of them, can otherwise take each slot
+// its ended session frees before the hog does, for as long as they like.
+// Tests whose clients are processes of their own pause them (SIGSTOP).
+func HoldConnectionsPaused(t testing.TB, s DatabaseServer, pause, resume func()) *SlotHog {
+	t.Helper()
+	pause()
+	defer resume()
 	_, maria := s.(*MariaDBServer)
 	h := &SlotHog{db: openAdmin(t, s), maria: maria}
 	t.Cleanup(h.Release)
 	ctx := context.Background()
+	// Every slot: a superuser (the hog) may take PostgreSQL's reserved
+	// ones, and MariaDB keeps one more for a SUPER account. A session that
+	// was ended leaves the session lists before its slot is free, so the
+	// hog is done when it holds this many, not when it sees no one else.
+	q := "SELECT current_setting('max_connections')::int"
+	if maria {
+		q = "SELECT @@max_connections + 1"
+	}
+	var slots int
+	if err := h.db.QueryRowContext(ctx, q).Scan(&slots); err != nil {
+		t.Fatalf("testenv: max_connections: %v", err)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		full := h.grab(ctx)
@@ -86,11 +110,15 @@ func HoldConnections(t testing.TB, s DatabaseServer) *SlotHog {
 		if err != nil {
 			t.Fatalf("testenv: listing sessions: %v", err)
 		}
-		if full && len(others) == 0 {
+		if full && len(others) == 0 && len(h.conns) >= slots {
 			return h
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("testenv: still %d other sessions after 20s (holding %d, full %v)", len(others), len(h.conns), full)
+			t.Fatalf("testenv: still %d other sessions after 20s (holding %d of %d slots, full %v)", len(others), len(h.conns), slots, full)
+		}
+		if len(others) == 0 {
+			// Slots of ended sessions not yet free: take them as they are.
+			time.Sleep(10 * time.Millisecond)
 		}
 		for _, id := range others {
 			q := fmt.Sprintf("SELECT pg_terminate_backend(%d)", id)

@@ -310,6 +310,8 @@ import { drawChart } from "./chart.js";
 
     renderKPIs(ov);
     renderSales(ov);
+    renderRelease(ov.release, t);
+    renderCrowd(ov.crowd);
     drawCharts();
     updateBanner();
     const n = ov.pipeline && ov.pipeline.dead_letters;
@@ -465,6 +467,71 @@ import { drawChart } from "./chart.js";
     const rows = off.slice(0, 8).map((s) => el("div", "drift " + s.action,
       `${s.sku_id}: ${s.action}, drift ${s.drift > 0 ? "+" : ""}${s.drift} (Redis ${fmtInt(s.redis_available)}, database ${fmtInt(s.db_stock)}, in flight ${fmtInt(s.in_flight)})`));
     last.replaceChildren(head, ...rows);
+  }
+
+  // renderRelease lists the instances that reported within the last 30 s
+  // (group, version, shadow counts) and the canary trial's share and state.
+  function renderRelease(rel, now) {
+    const body = $("#instances tbody");
+    if (!rel) {
+      $("#release-count").textContent = "";
+      body.replaceChildren();
+      return;
+    }
+    const list = rel.instances || [];
+    const groups = {};
+    for (const i of list) groups[i.group] = (groups[i.group] || 0) + 1;
+    $("#release-count").textContent = Object.keys(groups).map((g) => `${groups[g]} ${g}`).join(", ");
+    const c = rel.canary;
+    const state = $("#canary-state");
+    if (c) {
+      const steps = (c.steps || []).map((s) => s + "%").join(" → ");
+      state.textContent = `Canary: ${c.share}% of buyers, ${c.state}` + (steps ? ` (steps ${steps})` : "") +
+        (c.reason ? `: ${c.reason}` : "") + ` · updated ${fmtDur(now - Date.parse(c.updated_at))} ago`;
+      state.className = "hint canary " + (c.state === "aborted" ? "bad" : c.state === "running" ? "warn" : "good");
+    } else {
+      state.textContent = "No canary trial has run: every buyer meets the stable group.";
+      state.className = "hint";
+    }
+    body.replaceChildren(...list.map((i) => {
+      const tr = el("tr", i.group === "canary" ? "canary" : "");
+      const sh = i.shadow;
+      const cells = [i.id, i.group, i.version, (i.commit || "").slice(0, 12),
+        sh ? fmtInt(sh.match) : "–", sh ? fmtInt(sh.mismatch) : "–", sh ? fmtInt(sh.dropped) : "–",
+        fmtDur(Math.max(0, now - Date.parse(i.seen_at))) + " ago"];
+      cells.forEach((v, k) => {
+        const td = el("td", k >= 4 && k <= 6 ? "num" : "", v);
+        if (k === 5 && sh && sh.mismatch > 0) td.classList.add("bad");
+        tr.append(td);
+      });
+      return tr;
+    }));
+  }
+
+  // renderCrowd shows the challenges and refusals this instance counted and
+  // every waiting room as its controller last wrote it.
+  function renderCrowd(c) {
+    if (!c) return;
+    const ch = c.challenges || {};
+    const refused = Object.entries(c.tickets_refused || {}).filter(([, n]) => n > 0)
+      .sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ${fmtInt(n)}`);
+    const eta = c.eta_error_p50_s == null ? "" :
+      ` · ETA error p50 ${c.eta_error_p50_s.toFixed(1)} s, p90 ${c.eta_error_p90_s.toFixed(1)} s`;
+    $("#crowd-tickets").textContent = (ch.issued ?
+      `Challenges: ${fmtInt(ch.issued)} issued, ${fmtInt(ch.solved || 0)} solved, ${fmtInt(ch.refused || 0)} refused.` :
+      "No challenge handed out yet.") + (refused.length ? ` Refused: ${refused.join(", ")}.` : "") + eta;
+    const rooms = c.rooms || [];
+    $("#crowd-count").textContent = rooms.length ? `${rooms.length} waiting room${rooms.length > 1 ? "s" : ""}` : "";
+    $("#rooms-empty").hidden = rooms.length > 0;
+    $("#rooms").hidden = rooms.length === 0;
+    $("#rooms tbody").replaceChildren(...rooms.map((r) => {
+      const tr = el("tr");
+      tr.dataset.sku = r.sku_id;
+      [r.sku_id, fmtInt(r.joined), fmtInt(r.waiting), fmtInt(r.admitted), r.rate.toFixed(1),
+        r.avail == null ? "–" : fmtInt(r.avail), r.lottery == null ? "–" : fmtInt(r.lottery)]
+        .forEach((v, k) => tr.append(el("td", k > 0 ? "num" : "", v)));
+      return tr;
+    }));
   }
 
   function colorOf(sku) {

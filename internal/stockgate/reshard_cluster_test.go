@@ -1,0 +1,127 @@
+package stockgate_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/flashsale/flashsale/internal/stockgate"
+)
+
+// runMove runs the redis-cli commands of m, as an operator pastes them.
+func runMove(t *testing.T, m stockgate.Move, primaries []string) {
+	t.Helper()
+	script := "set -e\n" + strings.Join(m.Commands(primaries), "\n") + "\n"
+	if out, err := exec.Command("bash", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("moving slot %d: %v\n%s\n%s", m.Slot, err, script, out)
+	}
+}
+
+// slotsWhenSettled reads the slot map until every primary agrees that the
+// slots moved (gossip spreads the new owner within a node timeout).
+func slotsWhenSettled(t *testing.T, c rueidis.Client, ok func([]stockgate.SlotRange) bool) []stockgate.SlotRange {
+	t.Helper()
+	ctx := context.Background()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		all := true
+		var last []stockgate.SlotRange
+		for _, n := range c.Nodes() {
+			s, err := stockgate.ClusterSlots(ctx, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = all && ok(s)
+			last = s
+		}
+		if all {
+			return last
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot map did not settle: %+v", last)
+		}
+	}
+}
+
+// TestReshardPlanOnCluster: a split sale whose buckets two primaries of a
+// real cluster hold is spread again by running, as printed, the commands
+// of the reshard plan: afterwards every bucket sits on its own primary and
+// the sale's keys came along (the stock and every bucket's units are
+// unchanged, and buyers are still served from every bucket).
+func TestReshardPlanOnCluster(t *testing.T) {
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("redis-cli: %v", err)
+	}
+	c := clusterClient(t)
+	ctx := context.Background()
+	g := stockgate.New(c, "fs")
+	const sku, k, stock = "reshard", 3, 300
+	if ok, err := g.SeedSplit(ctx, sku, stockgate.Config{PerUserLimit: 5}, k, stock, nil, nil, nil, nil, "e1"); err != nil || !ok {
+		t.Fatalf("seed split: %v %v", ok, err)
+	}
+	slots, err := stockgate.ClusterSlots(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	primaries := stockgate.Primaries(slots)
+	pc := stockgate.CheckPlacement(slots, sku, k)
+	if !pc.OK() {
+		t.Fatalf("a fresh split is not spread: %+v", pc)
+	}
+	// Crowd them: bucket 1's slot goes to bucket 0's primary.
+	ids := map[string]string{}
+	for _, r := range slots {
+		ids[r.Primary] = r.ID
+	}
+	p0, p1 := pc.Placements[0], pc.Placements[1]
+	runMove(t, stockgate.Move{Slot: p1.Slot, From: p1.Primary, FromID: ids[p1.Primary], To: p0.Primary, ToID: ids[p0.Primary]}, primaries)
+	crowded := slotsWhenSettled(t, c, func(s []stockgate.SlotRange) bool { return !stockgate.CheckPlacement(s, sku, k).OK() })
+	before, err := g.ReadBuckets(ctx, stockgate.BucketNames(sku, k), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	moves, err := stockgate.PlanMoves(crowded, sku, k)
+	if err != nil || len(moves) != 1 {
+		t.Fatalf("plan: %+v, %v; want one move", moves, err)
+	}
+	for _, m := range moves {
+		t.Logf("moving slot %d (%s) from %s to %s", m.Slot, strings.Join(m.Buckets, ", "), m.From, m.To)
+		runMove(t, m, primaries)
+	}
+	slotsWhenSettled(t, c, func(s []stockgate.SlotRange) bool { return stockgate.CheckPlacement(s, sku, k).OK() })
+
+	after, err := g.ReadBuckets(ctx, stockgate.BucketNames(sku, k), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for i := range after {
+		if !after[i].Loaded || after[i].Avail != before[i].Avail {
+			t.Errorf("bucket %s: %+v after the move, %+v before", after[i].Name, after[i], before[i])
+		}
+		total += after[i].Avail
+	}
+	if total != stock {
+		t.Errorf("%d units in the buckets after the moves, want %d", total, stock)
+	}
+	// Buyers homed on every bucket are still served.
+	served := map[string]bool{}
+	for i := 0; len(served) < k && i < 1000; i++ {
+		r := res(sku, "buyer-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune('a'+i/26%26)), 1)
+		home := stockgate.HomeName(sku, r.User, k)
+		if served[home] {
+			continue
+		}
+		if _, err := g.ReserveIn(ctx, r, stockgate.Limits{}, k); err != nil {
+			t.Fatalf("a buyer of bucket %s after the moves: %v", home, err)
+		}
+		served[home] = true
+	}
+	if len(served) != k {
+		t.Errorf("buyers served from %d buckets, want %d", len(served), k)
+	}
+}
