@@ -280,3 +280,56 @@ func TestReconcilerCorrectsUndersell(t *testing.T) {
 		})
 	}
 }
+
+// staleFirstRead answers the first ReadInFlight of its SKU as Redis was
+// before the sale was loaded: the reconciler's read that another
+// instance's PUT (its seed) and the first purchases overtake.
+type staleFirstRead struct {
+	reconcile.Gate
+	once bool
+}
+
+func (g *staleFirstRead) ReadInFlight(ctx context.Context, sku string) (stockgate.InFlight, error) {
+	if !g.once {
+		g.once = true
+		return stockgate.InFlight{}, nil
+	}
+	return g.Gate.ReadInFlight(ctx, sku)
+}
+
+// TestReconcilerReadBeforeTheSeed: the reconciler lists a sale whose row
+// is in the database while its PUT has not yet loaded it into Redis, reads
+// it as not loaded, and warms it after the PUT did. The warm finds it
+// loaded and changes nothing, so no "reseed" is audited (a CI run on
+// MariaDB: a reseed row of 205 units in the middle of a clean sale).
+func TestReconcilerReadBeforeTheSeed(t *testing.T) {
+	e := newEnv(t)
+	const sku = "LATE"
+	s := reconcile.NewSyncer(e.store, e.gate, nil, e.log)
+	e.put(t, s, sku, 100)
+	r := sale.Reservation{OrderID: uuid.Must(uuid.NewV7()).String(), SKU: sku, User: "u", Quantity: 2, AcceptedAt: time.Now().UnixMilli()}
+	if _, err := e.gate.Reserve(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	stale := reconcile.NewSyncer(e.store, &staleFirstRead{Gate: e.gate}, nil, e.log)
+	rec := reconcile.NewReconciler(stale, e.store, 5, "", e.log, nil)
+	rep, err := rec.RunOnce(t.Context(), []string{sku}, time.Now())
+	if err != nil || len(rep.SKUs) != 1 {
+		t.Fatalf("reconcile: %+v %v", rep, err)
+	}
+	if got := rep.SKUs[0].Action; got == reconcile.ActionLoaded {
+		t.Errorf("action %q for a sale Redis already held", got)
+	}
+	es, err := e.store.Audit(t.Context(), sku, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range es {
+		if a.Store == "redis" && a.Reason == orderstore.AuditRedisReseed {
+			t.Errorf("reseed audited for a sale Redis already held: %+v", a)
+		}
+	}
+	if got := e.redisSellable(t, sku); got != 98 {
+		t.Fatalf("redis available %d, want 98", got)
+	}
+}

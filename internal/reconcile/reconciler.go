@@ -127,6 +127,11 @@ func (r *Reconciler) one(ctx context.Context, id string) (SKUReport, error) {
 		if err != nil {
 			return SKUReport{}, err
 		}
+		if !w.Seeded {
+			// Loaded between the read and the warm (another instance's PUT
+			// seeded it): the warm re-synchronised it, nothing was loaded.
+			return SKUReport{SKU: id, RedisAvailable: w.Available, DBStock: w.DBStock, InFlight: w.InFlight, Action: ActionOK}, nil
+		}
 		_ = r.audit.AuditRedis(ctx, id, w.Available, orderstore.AuditRedisReseed)
 		return SKUReport{SKU: id, RedisAvailable: w.Available, DBStock: w.DBStock, InFlight: w.InFlight, Action: ActionLoaded}, nil
 	}
