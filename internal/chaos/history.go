@@ -92,6 +92,11 @@ type Client struct {
 	Secret string // FLASHSALE_USER_TOKEN_SECRET, to sign buyer tokens
 	Admin  string // FLASHSALE_ADMIN_TOKEN
 	HC     *http.Client
+	// Hold, if set, is taken shared by every request for its whole
+	// length: a test that takes it exclusively waits for the requests in
+	// flight and holds new ones back (while it stops the processes that
+	// would answer them, say).
+	Hold *sync.RWMutex
 }
 
 // NewClient returns a client whose requests give up after timeout: the
@@ -133,6 +138,10 @@ func (c *Client) Do(ctx context.Context, method, path, body string, headers ...s
 	for _, hv := range headers {
 		k, v, _ := strings.Cut(hv, ": ")
 		req.Header.Set(k, v)
+	}
+	if c.Hold != nil {
+		c.Hold.RLock()
+		defer c.Hold.RUnlock()
 	}
 	resp, err := c.HC.Do(req)
 	if err != nil {
