@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/stockgate"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -102,5 +104,96 @@ func TestServeRedisCluster(t *testing.T) {
 	buy(1)
 	for _, s := range skus {
 		settle(t, a, s, accepted[s], 30*time.Second)
+	}
+}
+
+// TestLiveReshardUnderLoad: a hot sale split in 3 buckets on a Redis
+// Cluster sells while the slot of one of its buckets moves to another
+// primary, by Redis Cluster's per-slot procedure as `flashsale plan
+// -reshard` prints it (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE),
+// with the user's default settings. The bucket's scripts answered TRYAGAIN
+// or ASK during the move are retried or redirected; the sale keeps selling
+// after the move; a move is not a lost Redis (no rebuild); every 202 is one
+// order and the invariants hold, read from the database.
+func TestLiveReshardUnderLoad(t *testing.T) {
+	slowEndToEnd(t)
+	t.Parallel()
+	rc := testenv.StartRedisCluster(t)
+	cfg := testConfig(t, "embedded", "FLASHSALE_REDIS_URL", rc.URL)
+	var rebuilds, failed atomic.Int64
+	log := slog.New(slog.NewTextHandler(countingLog{t, "rebuilding every active sale", &rebuilds, "redis rebuild failed", &failed},
+		&slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, err := start(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.handler)
+	h := &harness{t: t, cfg: cfg, a: a, srv: srv, srvURL: srv.URL, hc: &http.Client{Timeout: 20 * time.Second}}
+	t.Cleanup(func() {
+		srv.Close()
+		a.close()
+	})
+	const sku, k, stock = "hot", 3, 1500
+	if r := h.putSKU(sku, fmt.Sprintf(`{"stock":%d,"per_user_limit":1,"buckets":%d}`, stock, k)); r.Status != http.StatusCreated {
+		t.Fatalf("put sku: %d %s", r.Status, r.Raw)
+	}
+	ctx := context.Background()
+	c, err := stockgate.Dial(rc.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	slots, err := stockgate.ClusterSlots(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := stockgate.CheckPlacement(slots, sku, k)
+	if !pc.OK() {
+		t.Fatalf("a fresh split is not spread: %+v", pc)
+	}
+	ids := map[string]string{}
+	for _, r := range slots {
+		ids[r.Primary] = r.ID
+	}
+
+	done := make(chan *history)
+	go func() { done <- runBuyers(t, h, sku, 2000, 150, 16) }()
+	time.Sleep(2 * time.Second)
+	before, _, _ := a.gate.Available(ctx, sku)
+	p0, p1 := pc.Placements[0], pc.Placements[1]
+	m := stockgate.Move{Slot: p0.Slot, From: p0.Primary, FromID: ids[p0.Primary], To: p1.Primary, ToID: ids[p1.Primary], Buckets: []string{p0.Bucket}}
+	script := "set -e\n" + strings.Join(m.Commands(stockgate.Primaries(slots)), "\n") + "\n"
+	if out, err := exec.Command("bash", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("moving slot %d: %v\n%s\n%s", m.Slot, err, script, out)
+	}
+	t.Logf("moved bucket %s (slot %d) from %s to %s with %d units left", p0.Bucket, m.Slot, m.From, m.To, before)
+	// The sale keeps selling after the move.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n, _, _ := a.gate.Available(ctx, sku)
+		if n < before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing sold in 10 s after the move: %d units left", n)
+		}
+	}
+	hs := <-done
+	checkSoldExactly(t, h, sku, hs, stock)
+	if n := rebuilds.Load(); n != 0 {
+		t.Errorf("%d rebuilds during a slot move, want 0", n)
+	}
+	for code, n := range hs.codes {
+		switch code {
+		case "accepted", "sold_out", "limit_reached":
+		default:
+			t.Errorf("%d buyers answered %s", n, code)
+		}
+	}
+	after, err := stockgate.ClusterSlots(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stockgate.CheckPlacement(after, sku, k).Placements[0].Primary; got != p1.Primary {
+		t.Errorf("bucket %s on %s after the move, want %s", p0.Bucket, got, p1.Primary)
 	}
 }

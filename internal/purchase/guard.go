@@ -204,11 +204,12 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 		// push purchases to the database while the rebuild runs.
 		// Neither is a split sale whose buckets moved under the call, or
 		// one split anew since the catalog was read, or one a newer
-		// release seeded in its layout.
+		// release seeded in its layout, or a Redis Cluster slot being
+		// moved past the gate's retries (TRYAGAIN).
 		IsExcluded: func(err error) bool {
 			return errors.Is(err, context.Canceled) || errors.Is(err, sale.ErrNotWarmed) ||
 				errors.Is(err, sale.ErrBusy) || errors.Is(err, stockgate.ErrBucketsChanged) ||
-				errors.Is(err, stockgate.ErrLayoutNewer)
+				errors.Is(err, stockgate.ErrLayoutNewer) || stockgate.IsTryAgain(err)
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateOpen {

@@ -3,11 +3,14 @@ package purchase
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis/mock"
 
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/stockgate"
@@ -94,6 +97,27 @@ func TestGuardOpensDespiteAFullWindow(t *testing.T) {
 	_, _ = g.reserve(context.Background(), newWaitClock(), down)
 	if !obs.opened() {
 		t.Fatalf("breaker %s after 20 failures in a row", g.State())
+	}
+}
+
+// TestGuardSlotMoveIsNotAFailure: a Redis Cluster slot being moved answers
+// TRYAGAIN past the gate's retries; a healthy Redis answered, so however
+// many purchases meet it the breaker stays closed (no sale goes to the
+// database for a reshard), and each is an error the buyer retries.
+func TestGuardSlotMoveIsNotAFailure(t *testing.T) {
+	obs := &states{}
+	g := newGuard(BreakerConfig{MinRequests: 3}, directNone{}, rebuildNothing, slog.New(slog.NewTextHandler(io.Discard, nil)), obs)
+	tryAgainErr := mock.Result(mock.RedisError("TRYAGAIN Multiple keys request during rehashing of slot")).Error()
+	moving := func(context.Context) (stockgate.ReserveResult, error) {
+		return stockgate.ReserveResult{}, fmt.Errorf("stockgate: reserve: %w", tryAgainErr)
+	}
+	for range 50 {
+		if _, err := g.reserve(context.Background(), newWaitClock(), moving); !stockgate.IsTryAgain(err) {
+			t.Fatalf("a purchase during a slot move: %v, want the TRYAGAIN", err)
+		}
+	}
+	if obs.opened() {
+		t.Fatalf("breaker opened on TRYAGAIN answers: %v", obs.got)
 	}
 }
 

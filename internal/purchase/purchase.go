@@ -417,6 +417,9 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		return Result{}, fmt.Errorf("%w: sale %s is being loaded into redis, retry shortly", sale.ErrUnavailable, req.SKU)
 	case isBusiness(err):
 		return Result{}, err
+	case stockgate.IsTryAgain(err):
+		// Not run: the gate retried it for as long as it may.
+		return Result{}, fmt.Errorf("%w: sale %s's stock is being moved between Redis Cluster nodes, retry shortly: %v", sale.ErrUnavailable, req.SKU, err)
 	default:
 		return Result{}, fmt.Errorf("%w: %v", sale.ErrUnavailable, err)
 	}

@@ -86,6 +86,9 @@ type Gate struct {
 // Scripts run by EVALSHA with a NOSCRIPT fallback (they survive a Redis restart).
 // rueidis does not retry scripts, so an error never means "ran twice".
 func New(c rueidis.Client, prefix string) *Gate {
+	if c.Mode() == rueidis.ClientModeCluster {
+		c = tryAgainClient{c} // a slot being moved: tryagain.go
+	}
 	return &Gate{
 		c:        c,
 		prefix:   prefix,

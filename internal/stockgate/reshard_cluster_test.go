@@ -2,7 +2,9 @@ package stockgate_test
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +125,102 @@ func TestReshardPlanOnCluster(t *testing.T) {
 	}
 	if len(served) != k {
 		t.Errorf("buyers served from %d buckets, want %d", len(served), k)
+	}
+}
+
+// cli runs one redis-cli command against addr and returns its output.
+func cli(t *testing.T, addr string, args ...string) string {
+	t.Helper()
+	host, port, _ := strings.Cut(addr, ":")
+	out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port, "--raw"}, args...)...).CombinedOutput()
+	if err != nil || strings.HasPrefix(string(out), "ERR") {
+		t.Fatalf("redis-cli %s %v: %v %s", addr, args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestReserveWhileSlotMoves: a bucket's slot is half moved (its meta key on
+// the new primary, the rest still on the old one), where Redis Cluster
+// answers the bucket's scripts TRYAGAIN, not run. A purchase made then
+// succeeds once the move completes a moment later, and a move that does
+// not complete surfaces, within the caller's deadline, as an error that
+// says TRYAGAIN (the purchase's 503), never as a reservation made twice.
+func TestReserveWhileSlotMoves(t *testing.T) {
+	c := clusterClient(t)
+	ctx := context.Background()
+	g := stockgate.New(c, "fs")
+	const sku, k, stock = "moving", 3, 300
+	if ok, err := g.SeedSplit(ctx, sku, stockgate.Config{PerUserLimit: 5}, k, stock, nil, nil, nil, nil, "e1"); err != nil || !ok {
+		t.Fatalf("seed split: %v %v", ok, err)
+	}
+	slots, err := stockgate.ClusterSlots(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, r := range slots {
+		ids[r.Primary] = r.ID
+	}
+	pc := stockgate.CheckPlacement(slots, sku, k)
+	p0, p1 := pc.Placements[0], pc.Placements[1]
+	// A buyer homed on bucket 0.
+	user := ""
+	for i := 0; user == ""; i++ {
+		if u := fmt.Sprintf("b%d", i); stockgate.HomeName(sku, u, k) == p0.Bucket {
+			user = u
+		}
+	}
+	// Half move bucket 0's slot to bucket 1's primary.
+	slot := strconv.Itoa(p0.Slot)
+	cli(t, p1.Primary, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[p0.Primary])
+	cli(t, p0.Primary, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[p1.Primary])
+	meta := g.KeysOf(p0.Bucket).Meta
+	host, port, _ := strings.Cut(p1.Primary, ":")
+	if out := cli(t, p0.Primary, "MIGRATE", host, port, meta, "0", "5000"); out != "OK" {
+		t.Fatalf("MIGRATE %s: %s", meta, out)
+	}
+
+	// The move stays half done: the purchase gives up within its deadline.
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = g.ReserveIn(short, res(sku, user, 1), stockgate.Limits{}, k)
+	cancel()
+	if !stockgate.IsTryAgain(err) {
+		t.Fatalf("a purchase while the slot stays half moved: %v, want TRYAGAIN", err)
+	}
+
+	// The move completes 200 ms into the purchase: it succeeds, once.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(200 * time.Millisecond)
+		keys := strings.Fields(cli(t, p0.Primary, "CLUSTER", "GETKEYSINSLOT", slot, "100"))
+		cli(t, p0.Primary, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, keys...)...)
+		for _, p := range stockgate.Primaries(slots) {
+			cli(t, p, "CLUSTER", "SETSLOT", slot, "NODE", ids[p1.Primary])
+		}
+	}()
+	r := res(sku, user, 1)
+	got, err := g.ReserveIn(ctx, r, stockgate.Limits{}, k)
+	<-done
+	if err != nil || got.Duplicate {
+		t.Fatalf("a purchase while the slot moves: %+v %v", got, err)
+	}
+	slotsWhenSettled(t, c, func(s []stockgate.SlotRange) bool {
+		return stockgate.CheckPlacement(s, sku, k).Placements[0].Primary == p1.Primary
+	})
+	bs, err := g.ReadBuckets(ctx, stockgate.BucketNames(sku, k), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var avail int64
+	for _, b := range bs {
+		avail += b.Avail + b.Transit
+	}
+	if avail != stock-1 {
+		t.Fatalf("%d units left after one purchase of 1, want %d", avail, stock-1)
+	}
+	f, err := g.ReadInFlight(ctx, sku)
+	if err != nil || len(f.Reservations) != 1 || f.Reservations[0].OrderID != r.OrderID {
+		t.Fatalf("in flight after the move: %+v %v, want the one reservation", f.Reservations, err)
 	}
 }
