@@ -156,6 +156,12 @@ alerts: ## Check and unit-test the Prometheus alert rules (promtool)
 bench: ## Run every benchmark once (-benchtime 1x), with allocations (-benchmem); figures: docs/performance.md
 	$(GO) test -run '^$$' -bench . -benchtime 1x -benchmem $(PKGS)
 
+DRILL  ?= deploy/drills/local.json
+TARGET ?= http://127.0.0.1:8080
+drill: ## Run the drill DRILL (deploy/drills/local.json) against TARGET (http://127.0.0.1:8080); its stores and tokens come from the FLASHSALE_* variables (docs/drills.md)
+	$(GO) build -o bin/flashsale ./cmd/flashsale
+	bin/flashsale drill -target $(TARGET) $(DRILL)
+
 run: ## Ensure what running needs (PostgreSQL, Redis: ensure-services.sh --run), build bin/flashsale and run its demo (Ctrl-C drains and stops)
 	scripts/ensure-services.sh --run
 	$(GO) build -o bin/flashsale ./cmd/flashsale
@@ -168,7 +174,7 @@ ci: ## What CI runs (.ci/run): make test, which lints, tests, fuzzes and runs ev
 # executions (50000x, what CI uses: scripts/fuzz.sh says why).
 FUZZTIME ?= 10s
 
-.PHONY: fuzz
+.PHONY: fuzz drill
 fuzz: ## Run every fuzz target for FUZZTIME (10s, or a count: 50000x) each, one test binary per package; a failure prints its input and the command re-running it
 	@GO=$(GO) scripts/fuzz.sh $(FUZZTIME) $(PKGS)
 

@@ -26,6 +26,7 @@ import (
 // config is every setting of serve (and demo). Each flag falls back to an
 // environment variable; docs/configuration.md lists them.
 type config struct {
+	Args            []string // the subcommand's arguments after its flags (commandArgs)
 	HTTPAddr        string
 	DatabaseURL     string
 	RedisURL        string
@@ -137,10 +138,15 @@ type envFlags struct {
 // commandFlags names the settings a subcommand offers as flags, for those
 // that use only a few of them; serve, demo and bench (which run the
 // service) offer every one.
+// commandArgs is how many arguments a subcommand takes after its flags
+// (none unless listed); parseConfig returns them in config.Args.
+var commandArgs = map[string]int{"drill": 1}
+
 var commandFlags = map[string][]string{
 	"migrate": {"database-url", "log-level", "log-format"},
 	"token":   {"user-token-secret"},
 	"canary":  canaryFlags,
+	"drill":   drillFlags,
 }
 
 func (e *envFlags) wants(name string) bool { return e.only == nil || e.only[name] }
@@ -393,9 +399,10 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	if err := parseFlags(fs, args); err != nil {
 		return c, err
 	}
-	if fs.NArg() > 0 {
+	if fs.NArg() > commandArgs[name] {
 		return c, noArguments(fs)
 	}
+	c.Args = fs.Args()
 	switch {
 	case c.DBMaxConns < 1:
 		return c, fmt.Errorf("db-max-conns must be at least 1")

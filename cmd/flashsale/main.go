@@ -123,6 +123,7 @@ func commands() []command {
 		{"bench", "load test: strategies compared under the same scenario, with baselines, drain and invariant checks", runBench},
 		{"reconcile", "run one reconcile pass (Redis vs database) on a running instance and print the report", runReconcile},
 		{"dlq", "list, replay or discard dead letters through a running instance's admin API", runDLQ},
+		{"drill", "run a drill against a running deployment: load phases, faults at named moments, graded against the file's pass criteria and the invariants", runDrill},
 		{"canary", "run a canary trial: raise the canary group's share of buyers in steps (HAProxy runtime API), compare it with the stable group, promote or abort", runCanary},
 		{"plan", "size a deployment (Redis primaries and stock buckets, instances, NATS, consumers, database) from a load and measured costs", runPlan},
 		{"token", "print a user token (JWT, HS256) signed with FLASHSALE_USER_TOKEN_SECRET", runToken},

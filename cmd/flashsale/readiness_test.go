@@ -48,9 +48,18 @@ func TestReadyWhileDatabaseSlotsExhausted(t *testing.T) {
 	waitReady(t, h, http.StatusOK, `"`+dbCheck+`":"connection slots exhausted`, 20*time.Second)
 	for i := 5; i < 25; i++ {
 		buy(i)
-		r := h.do(http.MethodGet, "/readyz", "")
-		if r.Status != http.StatusOK || r.str("status") != "degraded" || !strings.Contains(r.Raw, `"purchases":"ok"`) {
-			t.Fatalf("/readyz while the slots are exhausted: %d %s", r.Status, r.Raw)
+		// A check that did not answer within /readyz's bound (700 ms) is
+		// a starved machine, not the slots (a CI run at load 10: Redis,
+		// the database and the purchases check all late at once): asked
+		// again, for up to 10 s. Any other answer is the test's.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			r := h.do(http.MethodGet, "/readyz", "")
+			if r.Status == http.StatusOK && r.str("status") == "degraded" && strings.Contains(r.Raw, `"purchases":"ok"`) {
+				break
+			}
+			if !strings.Contains(r.Raw, "did not answer within") || time.Now().After(deadline) {
+				t.Fatalf("/readyz while the slots are exhausted: %d %s", r.Status, r.Raw)
+			}
 		}
 	}
 	hog.Release()
