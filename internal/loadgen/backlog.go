@@ -20,21 +20,23 @@ type Backlog struct {
 	Outbox int64
 }
 
-// ReadBacklog reads the backlog of skus through c.
+// backlogLua reads a SKU's in-flight count and its outbox in one step (a
+// reservation leaves the outbox before its res entry: two reads apart could
+// see it in neither, or count an outbox larger than what is in flight).
+var backlogLua = rueidis.NewLuaScriptReadOnly(`return {redis.call('HLEN', KEYS[1]), redis.call('ZCARD', KEYS[2])}`)
+
+// ReadBacklog reads the backlog of skus through c, each SKU's two counts at
+// one moment.
 func ReadBacklog(ctx context.Context, c rueidis.Client, gate *stockgate.Gate, skus []string) (Backlog, error) {
 	var b Backlog
 	for _, sku := range skus {
 		k := gate.KeysOf(sku)
-		n, err := c.Do(ctx, c.B().Hlen().Key(k.Res).Build()).AsInt64()
+		v, err := backlogLua.Exec(ctx, c, []string{k.Res, k.Outbox}, nil).AsIntSlice()
 		if err != nil {
 			return b, err
 		}
-		o, err := c.Do(ctx, c.B().Zcard().Key(k.Outbox).Build()).AsInt64()
-		if err != nil {
-			return b, err
-		}
-		b.InFlight += n
-		b.Outbox += o
+		b.InFlight += v[0]
+		b.Outbox += v[1]
 	}
 	return b, nil
 }
@@ -51,11 +53,20 @@ type DrainFigures struct {
 // WaitBacklogZero reads the backlog of skus at once (the load's end) and
 // then every 10ms until it is zero or timeout passes.
 func WaitBacklogZero(ctx context.Context, c rueidis.Client, gate *stockgate.Gate, skus []string, timeout time.Duration) (DrainFigures, error) {
+	return waitBacklogZero(ctx, c, gate, skus, timeout, nil)
+}
+
+// waitBacklogZero is WaitBacklogZero; afterFirst, if set, runs once the
+// backlog at the end was read (a test empties it then).
+func waitBacklogZero(ctx context.Context, c rueidis.Client, gate *stockgate.Gate, skus []string, timeout time.Duration, afterFirst func()) (DrainFigures, error) {
 	start := time.Now()
 	var d DrainFigures
 	var err error
 	if d.AtEnd, err = ReadBacklog(ctx, c, gate, skus); err != nil {
 		return d, err
+	}
+	if afterFirst != nil {
+		afterFirst()
 	}
 	b := d.AtEnd
 	for {

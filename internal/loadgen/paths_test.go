@@ -199,11 +199,14 @@ func TestLoadgenWaitBacklogZero(t *testing.T) {
 	if err := c.Do(ctx, c.B().Zadd().Key(k.Outbox).ScoreMember().ScoreMember(1, "b").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		c.Do(ctx, c.B().Del().Key(k.Res, k.Outbox).Build())
-	}()
-	d, err := WaitBacklogZero(ctx, c, gate, []string{"bk"}, time.Minute)
+	// Emptied once the backlog at the end was read (a fixed 50 ms came
+	// first on a starved CI machine, between the two reads it then took).
+	d, err := waitBacklogZero(ctx, c, gate, []string{"bk"}, time.Minute, func() {
+		go func() {
+			time.Sleep(20 * time.Millisecond)
+			c.Do(ctx, c.B().Del().Key(k.Res, k.Outbox).Build())
+		}()
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
