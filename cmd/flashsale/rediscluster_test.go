@@ -37,6 +37,26 @@ func (w countingLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// rebuildCountingHarness starts serve with cfg and counts, from its log,
+// the rebuilds of every sale it started and those that failed.
+func rebuildCountingHarness(t *testing.T, cfg config) (h *harness, started, failed *atomic.Int64) {
+	t.Helper()
+	started, failed = new(atomic.Int64), new(atomic.Int64)
+	log := slog.New(slog.NewTextHandler(countingLog{t, "rebuilding every active sale", started, "redis rebuild failed", failed},
+		&slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, err := start(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.handler)
+	h = &harness{t: t, cfg: cfg, a: a, srv: srv, srvURL: srv.URL, hc: &http.Client{Timeout: 20 * time.Second}}
+	t.Cleanup(func() {
+		srv.Close()
+		a.close()
+	})
+	return h, started, failed
+}
+
 // TestServeRedisCluster runs serve on a Redis Cluster of 3 primaries + 3
 // replicas with a 200 ms monitor: idle, it never rebuilds (it rebuilt every
 // sale on most checks when the run id was one arbitrary node's); a forced
@@ -49,20 +69,8 @@ func TestServeRedisCluster(t *testing.T) {
 	// A rebuild that fails (right after a failover the cluster's view may
 	// still be moving) is tried again at the next check: what counts is
 	// the rebuilds that did not fail.
-	var started, failed atomic.Int64
-	log := slog.New(slog.NewTextHandler(countingLog{t, "rebuilding every active sale", &started, "redis rebuild failed", &failed},
-		&slog.HandlerOptions{Level: slog.LevelWarn}))
+	h, started, failed := rebuildCountingHarness(t, cfg)
 	rebuilds := func() int64 { return started.Load() - failed.Load() }
-	a, err := start(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.handler)
-	h := &harness{t: t, cfg: cfg, a: a, srv: srv, srvURL: srv.URL, hc: &http.Client{Timeout: 20 * time.Second}}
-	t.Cleanup(func() {
-		srv.Close()
-		a.close()
-	})
 	skus := []string{"CA", "CB", "CC", "CD", "CE", "CF"}
 	for _, s := range skus {
 		h.mustPutSKU(s, 100, 5)
@@ -103,7 +111,7 @@ func TestServeRedisCluster(t *testing.T) {
 	}
 	buy(1)
 	for _, s := range skus {
-		settle(t, a, s, accepted[s], 30*time.Second)
+		settle(t, h.a, s, accepted[s], 30*time.Second)
 	}
 }
 
@@ -120,19 +128,8 @@ func TestLiveReshardUnderLoad(t *testing.T) {
 	t.Parallel()
 	rc := testenv.StartRedisCluster(t)
 	cfg := testConfig(t, "embedded", "FLASHSALE_REDIS_URL", rc.URL)
-	var rebuilds, failed atomic.Int64
-	log := slog.New(slog.NewTextHandler(countingLog{t, "rebuilding every active sale", &rebuilds, "redis rebuild failed", &failed},
-		&slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := start(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.handler)
-	h := &harness{t: t, cfg: cfg, a: a, srv: srv, srvURL: srv.URL, hc: &http.Client{Timeout: 20 * time.Second}}
-	t.Cleanup(func() {
-		srv.Close()
-		a.close()
-	})
+	h, rebuilds, _ := rebuildCountingHarness(t, cfg)
+	a := h.a
 	const sku, k, stock = "hot", 3, 1500
 	if r := h.putSKU(sku, fmt.Sprintf(`{"stock":%d,"per_user_limit":1,"buckets":%d}`, stock, k)); r.Status != http.StatusCreated {
 		t.Fatalf("put sku: %d %s", r.Status, r.Raw)
