@@ -248,7 +248,7 @@ func (s *Shadow) Run(ctx context.Context, name string) {
 			top, err := s.g.c.Do(ctx, s.g.c.B().Xrevrange().Key(journal).End("+").Start("-").Count(1).Build()).AsXRange()
 			if err != nil {
 				s.cfg.Log.Warn("shadow: journal", "sku_id", name, "err", err)
-				sleepCtx(ctx, time.Second)
+				waitCtx(ctx, time.Second)
 				continue
 			}
 			last = "0-0"
@@ -259,7 +259,7 @@ func (s *Shadow) Run(ctx context.Context, name string) {
 		if time.Since(renewed) > s.cfg.Lease/3 {
 			if _, err := s.holdLease(ctx, name, token, true); err != nil {
 				s.cfg.Log.Warn("shadow: journal lease", "sku_id", name, "err", err)
-				sleepCtx(ctx, time.Second)
+				waitCtx(ctx, time.Second)
 				continue
 			}
 			renewed = time.Now()
@@ -269,7 +269,7 @@ func (s *Shadow) Run(ctx context.Context, name string) {
 		if err != nil {
 			if !rueidis.IsRedisNil(err) && ctx.Err() == nil {
 				s.cfg.Log.Warn("shadow: journal", "sku_id", name, "err", err)
-				sleepCtx(ctx, time.Second)
+				waitCtx(ctx, time.Second)
 			}
 			continue
 		}
@@ -297,15 +297,6 @@ func (s *Shadow) Run(ctx context.Context, name string) {
 				s.count("dropped", len(batch))
 			}
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
 
