@@ -54,10 +54,14 @@ func TestSIGTERMDrains(t *testing.T) {
 		accepted = append(accepted, id)
 	}
 
+	// sent is read before the signal goes: read after it, a test goroutine
+	// descheduled between the two (a loaded CI machine under -race) would
+	// start the clock late and make a full drain look short (a CI run here
+	// saw "served only 1.7s").
+	sent := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	sent := time.Now()
 	var firstDraining time.Time
 	var drainingReplies, drainingBuys int
 	for {
@@ -111,8 +115,9 @@ func TestSIGTERMDrains(t *testing.T) {
 	// failed, so no sooner than that after SIGTERM. Counted from the signal:
 	// the first 503 the test sees can come a probe's round trip after the
 	// instance turned unready (a second on a busy machine), but the closed
-	// listener is seen only after it closed, so this bound never fails a
-	// correct drain and still fails one that stops early.
+	// listener is seen only after it closed, and sent is read before the
+	// signal is sent, so this bound never fails a correct drain and still
+	// fails one that stops early.
 	if served := time.Since(sent); served < drain-100*time.Millisecond {
 		t.Fatalf("served only %v after SIGTERM, want at least about %v", served, drain)
 	}
