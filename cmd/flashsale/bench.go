@@ -37,7 +37,7 @@ Flags (the service's flags are accepted too):`
 
 func runBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o bench.Options
-	var emptyServer string
+	var emptyServer, workerAddr, workers string
 	var benchFlags *flag.FlagSet
 	cfg, err := parseConfig("bench", args, getenv, stderr, func(fs *flag.FlagSet) {
 		benchFlags = fs
@@ -80,12 +80,28 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		fs.DurationVar(&o.ConnEvery, "connections-every", 5*time.Second, "memory test: each connection sends GET /healthz this often")
 		fs.BoolVar(&o.EmptyEach, "empty-each", false, "measure the empty handler again right before each path's run and compare the path with that one (on a machine whose load changes during the bench)")
 		fs.StringVar(&emptyServer, "empty-server", "", "serve only the empty handler on `ADDR` until stopped (what the bench starts as its own process with -target)")
+		fs.StringVar(&workerAddr, "worker", "", "run as a load worker on `ADDR` until stopped: a coordinator (-workers) sends it its part of a run (docs/drills.md)")
+		fs.StringVar(&workers, "workers", "", "comma-separated `URLS` of load workers (flashsale bench -worker on each load machine): the scenario's buyers and rate are split between them, started at one moment, and their histograms merged; needs -target and -worker-token")
+		fs.StringVar(&o.WorkerToken, "worker-token", "", "the token a worker accepts and a coordinator sends (env FLASHSALE_WORKER_TOKEN)")
+		fs.IntVar(&o.Sources, "sources", 0, "spread the connections to a loopback target over the source addresses 127.0.0.1 to 127.0.0.`N`: one address reaches one port through about 28,000 connections")
+		fs.BoolVar(&o.RemoteTarget, "remote-target", false, "accept a -target that is not on this machine (a deployment of yours, for a drill from load machines)")
 	})
 	if err != nil {
 		return err
 	}
 	if emptyServer != "" {
 		return bench.ServeEmpty(ctx, emptyServer, stdout)
+	}
+	if o.WorkerToken == "" {
+		o.WorkerToken = getenv("FLASHSALE_WORKER_TOKEN")
+	}
+	if workerAddr != "" {
+		return bench.ServeWorker(ctx, workerAddr, o.WorkerToken, stdout, stderr)
+	}
+	for _, w := range strings.Split(workers, ",") {
+		if w = strings.TrimRight(strings.TrimSpace(w), "/"); w != "" {
+			o.Workers = append(o.Workers, w)
+		}
 	}
 	explicit := map[string]bool{}
 	benchFlags.Visit(func(f *flag.Flag) { explicit[f.Name] = true })

@@ -364,6 +364,14 @@ func TestBenchRefuses(t *testing.T) {
 		{[]string{"-paths", "purchase,checkout"}, "unknown path"},
 		{[]string{"-connections", "100"}, "needs -target"},
 		{[]string{"-purchase-stock", "0"}, "-purchase-stock"},
+		{[]string{"-target", "http://10.1.2.3:8080"}, "-remote-target"},
+		{[]string{"-remote-target"}, "-remote-target needs -target"},
+		{[]string{"-sources", "255"}, "-sources"},
+		{[]string{"-workers", "http://127.0.0.1:1", "-scenario", "hot"}, "-workers needs -target"},
+		{[]string{"-workers", "http://127.0.0.1:1", "-scenario", "hot", "-target", "http://127.0.0.1:2"}, "-worker-token"},
+		{[]string{"-workers", "http://127.0.0.1:1", "-target", "http://127.0.0.1:2", "-worker-token", "t"}, "as a whole"},
+		{[]string{"-workers", "ftp://x", "-scenario", "hot", "-target", "http://127.0.0.1:2", "-worker-token", "t"}, "-workers"},
+		{[]string{"-workers", "http://127.0.0.1:1,http://127.0.0.1:3", "-scenario", "hot", "-buyers", "1", "-target", "http://127.0.0.1:2", "-worker-token", "t"}, "cannot be split"},
 	}
 	for _, c := range cases {
 		args := append([]string{"bench", "-admin-token", "a", "-user-token-secret", "s"}, c.args...)
@@ -404,6 +412,83 @@ func TestBenchEmptyServer(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("bench -empty-server: %v", err)
+	}
+}
+
+// startBenchWorker runs `flashsale bench -worker` on addr until the test
+// ends and returns its URL.
+func startBenchWorker(t *testing.T, addr, token string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"bench", "-worker", addr, "-worker-token", token}, func(string) string { return "" }, pw, io.Discard)
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("bench -worker: %v", err)
+		}
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, pr)
+	base, ok := strings.CutPrefix(strings.TrimSpace(line), bench.WorkerBanner)
+	if !ok {
+		t.Fatalf("first line %q", line)
+	}
+	return base
+}
+
+// TestBenchWorkers: the load of a run against a running flashsale comes
+// from two workers (each its own source addresses), started at one moment;
+// the coordinator merges what they measured and checks the invariants once,
+// from the database: every order a worker saw accepted is there once.
+func TestBenchWorkers(t *testing.T) {
+	h := newHarness(t, testConfig(t, "embedded"))
+	const token = "bench-worker-token-0123"
+	w1 := startBenchWorker(t, "127.0.0.1:0", token)
+	w2 := startBenchWorker(t, "127.0.0.1:0", token)
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	args := []string{"bench", "-quiet", "-warmup", "0s", "-json", jsonPath, "-target", h.srvURL,
+		"-admin-token", testAdmin, "-user-token-secret", testSecret,
+		"-database-url", h.cfg.DatabaseURL, "-redis-url", h.cfg.RedisURL, "-redis-prefix", h.cfg.RedisPrefix,
+		"-workers", w1 + "," + w2, "-worker-token", token, "-sources", "3",
+		"-scenario", "hot", "-buyers", "8", "-duration", "1m", "-requests", "700", "-stock", "150"}
+	var out bytes.Buffer
+	err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _ := rep.Setup["workers"].([]any); len(ws) != 2 {
+		t.Errorf("setup workers %v, want the 2", rep.Setup["workers"])
+	}
+	if len(rep.Results) != 1 || rep.Results[0]["invariants_ok"] != true {
+		t.Fatalf("results %v", rep.Results)
+	}
+	r := rep.Results[0]
+	// 700 requests are 500 buyers' first clicks: the 150 units sell out.
+	if req, _ := r["requests"].(float64); req != 700 {
+		t.Errorf("%v requests answered, want the 700 of the count bound", r["requests"])
+	}
+	if acc, _ := r["accepted"].(float64); acc != 150 || r["sold"] != 150.0 {
+		t.Errorf("%v orders accepted, %v sold, want the 150 units each", r["accepted"], r["sold"])
+	}
+	if !strings.Contains(out.String(), "load from 2 workers") || strings.Contains(string(b), token) {
+		t.Errorf("the table does not name the workers, or the report holds the worker token")
 	}
 }
 

@@ -36,9 +36,9 @@ var drillFlags = []string{"database-url", "redis-url", "redis-prefix", "admin-to
 var errDrillFailed = errors.New("drill failed: see the checks above")
 
 func runDrill(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var target, jsonOut, htmlOut string
-	var conns int
-	var quiet bool
+	var target, jsonOut, htmlOut, workers, workerToken string
+	var conns, sources int
+	var quiet, remote bool
 	// The file may come first: flashsale drill FILE -target ...
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		args = append(append([]string(nil), args[1:]...), args[0])
@@ -53,6 +53,10 @@ func runDrill(ctx context.Context, args []string, getenv func(string) string, st
 		fs.StringVar(&htmlOut, "html", "", "write the report as an HTML page with a plot to `FILE`")
 		fs.IntVar(&conns, "connections", 512, "most keep-alive connections to the target")
 		fs.BoolVar(&quiet, "quiet", false, "no progress lines")
+		fs.BoolVar(&remote, "remote-target", false, "accept a -target that is not on this machine (a deployment of yours)")
+		fs.StringVar(&workers, "workers", "", "comma-separated `URLS` of load workers (flashsale bench -worker on each load machine): each phase's rate is split between them, each part started at the phase's moment")
+		fs.StringVar(&workerToken, "worker-token", "", "the token the workers were started with (env FLASHSALE_WORKER_TOKEN)")
+		fs.IntVar(&sources, "sources", 0, "spread the connections to a loopback target over the source addresses 127.0.0.1 to 127.0.0.`N` (the workers' too)")
 	})
 	if err != nil {
 		return err
@@ -82,8 +86,30 @@ func runDrill(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer a.close()
-	cl, err := loadgen.NewClient(strings.TrimRight(target, "/"), cfg.AdminToken, cfg.UserTokenSecret, conns)
+	target = strings.TrimRight(target, "/")
+	if workerToken == "" {
+		workerToken = getenv("FLASHSALE_WORKER_TOKEN")
+	}
+	var co *loadgen.Coordinator
+	if workers != "" {
+		co = &loadgen.Coordinator{Token: workerToken}
+		for _, w := range strings.Split(workers, ",") {
+			if w = strings.TrimRight(strings.TrimSpace(w), "/"); w != "" {
+				if err := loadgen.CheckTarget(w, true); err != nil {
+					return fmt.Errorf("drill: -workers: %w", err)
+				}
+				co.Workers = append(co.Workers, w)
+			}
+		}
+		if workerToken == "" {
+			return errors.New("drill: -workers needs -worker-token (or FLASHSALE_WORKER_TOKEN), the token the workers were started with")
+		}
+	}
+	cl, err := loadgen.NewClientWith(target, cfg.AdminToken, cfg.UserTokenSecret, conns, loadgen.ClientOptions{Remote: remote, Sources: sources})
 	if err != nil {
+		if !remote {
+			err = fmt.Errorf("drill: %w (a deployment of yours elsewhere: -remote-target)", err)
+		}
 		return err
 	}
 	defer cl.Close()
@@ -97,7 +123,8 @@ func runDrill(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintf(stderr, "drill: %s\n", s)
 	}
 	env := drill.Env{Client: cl, Checker: loadgen.Checker{DB: a.store, Gate: a.gate, DrainTimeout: 2 * time.Minute},
-		Redis: a.redis, RunID: fmt.Sprintf("d%x", time.Now().UnixNano()&0xffffffffff), Progress: progress}
+		Redis: a.redis, RunID: fmt.Sprintf("d%x", time.Now().UnixNano()&0xffffffffff), Progress: progress,
+		Workers: co, Target: target, UserSecret: cfg.UserTokenSecret, Sources: sources}
 	progress(fmt.Sprintf("%s: %d phases over %v, %d faults, against %s", cfg.Args[0], len(f.Phases), f.Length(), len(f.Faults), target))
 	rep, err := drill.Run(ctx, f, env)
 	if err != nil {

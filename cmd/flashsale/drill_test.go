@@ -103,4 +103,39 @@ func TestDrillEndToEnd(t *testing.T) {
 	if !errors.Is(err, errDrillFailed) || !strings.Contains(out.String(), "p99 of only") || !strings.Contains(out.String(), "FAILED") {
 		t.Fatalf("a drill whose p99 cannot be met: %v\n%s", err, out.String())
 	}
+
+	// The load from two workers (flashsale bench -worker), each phase's
+	// rate split between them: every request is sent once, later phases'
+	// buyers are new, and the invariants hold.
+	const token = "drill-worker-token-0123"
+	w1, w2 := startBenchWorker(t, "127.0.0.1:0", token), startBenchWorker(t, "127.0.0.1:0", token)
+	split := filepath.Join(dir, "split.json")
+	if err := os.WriteFile(split, []byte(`{"stock":100000,"phases":[{"name":"a","rate":100,"for":"1s"},{"name":"b","rate":200,"for":"1s"}],"pass":{"error_budget":0.5}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	err = run(context.Background(), []string{"drill", "-target", h.srvURL, "-workers", w1 + "," + w2, "-worker-token", token,
+		"-sources", "2", "-json", jsonOut, split}, getenv, &out, &errOut)
+	t.Logf("report from workers:\n%s%s", out.String(), errOut.String())
+	if err != nil {
+		t.Fatalf("drill from workers: %v", err)
+	}
+	raw, err = os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep = drill.Report{}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Passed || len(rep.Workers) != 2 || rep.Requests != 300 {
+		t.Fatalf("drill from workers: passed %v, workers %v, %d requests (want 100 + 200)", rep.Passed, rep.Workers, rep.Requests)
+	}
+	if lr := rep.Codes["limit_reached"]; lr > rep.Requests/7+3 {
+		t.Errorf("%d limit_reached of %d requests: the workers or the phases shared buyers", lr, rep.Requests)
+	}
+	if rep.Invariants == nil || !rep.Invariants.OK() || rep.Invariants.Sold == 0 {
+		t.Errorf("invariants: %+v", rep.Invariants)
+	}
 }

@@ -63,6 +63,15 @@ type Options struct {
 	ConnEvery     time.Duration
 	EmptyEach     bool
 
+	// Load from many processes or machines (loadgen/worker.go): the
+	// workers' URLs, the token they were started with; Sources spreads
+	// this process's connections over 127.0.0.1 to 127.0.0.Sources;
+	// RemoteTarget accepts a -target that is not on this machine.
+	Workers      []string
+	WorkerToken  string
+	Sources      int
+	RemoteTarget bool
+
 	// The opening scenario's (loadgen.OpeningConfig; Duration is its
 	// patience: how long after the opening people wait at most).
 	People   int
@@ -148,6 +157,10 @@ func Run(ctx context.Context, o Options, svc Service, args []string, stdout, std
 		return b.memoryTest(ctx, rep, stdout)
 	}
 	var empty *loadgen.Result
+	if len(o.Workers) > 0 && o.Baselines {
+		o.Baselines = false
+		rep.Setup.Notes = append(rep.Setup.Notes, fmt.Sprintf("load from %d workers: no baselines (the empty handler would be measured from this machine alone)", len(o.Workers)))
+	}
 	if o.Scenario == loadgen.Opening && o.Baselines {
 		o.Baselines = false
 		rep.Setup.Notes = append(rep.Setup.Notes, "opening: no baselines (its requests are a visit, not one request; the server's CPU per admitted buyer is the figure)")
@@ -264,8 +277,35 @@ func (o *Options) Validate() ([]string, error) {
 		return nil, err
 	}
 	if o.Target != "" {
-		if err := loadgen.CheckLoopback(o.Target); err != nil {
+		if err := loadgen.CheckTarget(o.Target, o.RemoteTarget); err != nil {
+			if !o.RemoteTarget {
+				err = fmt.Errorf("%w (a deployment of yours elsewhere: -remote-target)", err)
+			}
 			return nil, err
+		}
+	} else if o.RemoteTarget {
+		return nil, errors.New("-remote-target needs -target")
+	}
+	if o.Sources < 0 || o.Sources > loadgen.MaxSources {
+		return nil, fmt.Errorf("-sources must be 0..%d (127.0.0.1 to 127.0.0.N)", loadgen.MaxSources)
+	}
+	if len(o.Workers) > 0 {
+		switch {
+		case o.Target == "":
+			return nil, errors.New("-workers needs -target: the workers send their load to a running flashsale")
+		case o.WorkerToken == "":
+			return nil, errors.New("-workers needs -worker-token, the token the workers were started with")
+		case len(o.pathList()) > 0 || o.Scenario == loadgen.Opening:
+			return nil, errors.New("-workers measures a scenario as a whole: give -scenario hot, many, storm, mix, purchase or sold-out (-paths scenario)")
+		case o.Connections > 0:
+			return nil, errors.New("-workers and -connections: the memory test holds its connections from this process (-sources spreads them)")
+		case o.Mode == string(loadgen.Closed) && o.Buyers < len(o.Workers):
+			return nil, fmt.Errorf("-buyers %d cannot be split between %d workers", o.Buyers, len(o.Workers))
+		}
+		for _, w := range o.Workers {
+			if err := loadgen.CheckTarget(w, true); err != nil {
+				return nil, fmt.Errorf("-workers: %w", err)
+			}
 		}
 	}
 	// Every request in flight holds a client socket, and in-process a
@@ -540,7 +580,8 @@ func (b *bench) againstTarget(ctx context.Context, name string) ([]*loadgen.Stra
 		return nil, "", fmt.Errorf("opening the target's stores for the checks: %w", err)
 	}
 	defer st.Close()
-	cl, err := loadgen.NewClient(b.o.Target, b.svc.AdminToken, b.svc.UserTokenSecret, b.conns())
+	cl, err := loadgen.NewClientWith(b.o.Target, b.svc.AdminToken, b.svc.UserTokenSecret, b.conns(),
+		loadgen.ClientOptions{Remote: b.o.RemoteTarget, Sources: b.o.Sources})
 	if err != nil {
 		return nil, "", err
 	}
@@ -581,7 +622,7 @@ func (b *bench) measure(ctx context.Context, name string, cl *loadgen.Client, st
 	if chk.Gate != nil {
 		stopBacklog = loadgen.SampleBacklog(ctx, rc, chk.Gate, sc.SKUs(), 100*time.Millisecond)
 	}
-	run, err := loadgen.Run(ctx, b.genConfig(name), sc.Op(cl))
+	run, err := b.generate(ctx, name, sc, cl)
 	backlog := stopBacklog()
 	stopProfile()
 	if err != nil {
@@ -607,6 +648,31 @@ func (b *bench) measure(ctx context.Context, name string, cl *loadgen.Client, st
 	}
 	b.status("%-16s %.0f req/s, p99 %.1f ms, drained in %.2fs, %s", name, res.ThroughputRPS, res.P99Ms, res.DrainSeconds, verdict)
 	return []*loadgen.StrategyResult{res}, sc.Note, nil
+}
+
+// generate runs the scenario's load: from this process, or split between
+// the workers (-workers), whose accepted orders then join the scenario's
+// for the checks.
+func (b *bench) generate(ctx context.Context, name string, sc *loadgen.Scenario, cl *loadgen.Client) (*loadgen.Result, error) {
+	cfg := b.genConfig(name)
+	if len(b.o.Workers) == 0 {
+		return loadgen.Run(ctx, cfg, sc.Op(cl))
+	}
+	co := loadgen.Coordinator{Workers: b.o.Workers, Token: b.o.WorkerToken, ServerPID: b.serverPID}
+	b.status("%-16s %d workers: %s %s for %v", name, len(b.o.Workers), cfg.Mode, b.o.Scenario, cfg.Duration)
+	res, accepted, parts, err := co.Run(ctx, loadgen.Work{Target: b.o.Target, UserSecret: b.svc.UserTokenSecret,
+		Scenario: sc.Config(), Lifecycle: sc.Lifecycle(), Mode: cfg.Mode, Concurrency: cfg.Concurrency, Rate: cfg.Rate,
+		Duration: cfg.Duration, Warmup: cfg.Warmup, Requests: cfg.Requests, Sources: b.o.Sources})
+	for _, p := range parts {
+		if p != nil {
+			b.status("%-16s worker %s: %d answers, %d errors, started %v after the set time", name, p.Worker, p.Requests, p.Errors, p.StartLag.Round(time.Microsecond))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	sc.AddAccepted(accepted)
+	return res, nil
 }
 
 // profile starts a CPU profile of the run if -cpuprofile is set.

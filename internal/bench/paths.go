@@ -153,7 +153,7 @@ func (b *bench) memoryTest(ctx context.Context, rep *loadgen.Report, stdout io.W
 		return fmt.Errorf("bench: -connections: the target's process is unknown (give -target-pid)")
 	}
 	b.status("%-16s opening %d keep-alive connections to %s (process %d)...", "memory", b.o.Connections, b.o.Target, b.serverPID)
-	cfg := loadgen.HoldConfig{Base: b.o.Target, Conns: b.o.Connections, Hold: b.o.ConnHold, Every: b.o.ConnEvery, ServerPID: b.serverPID}
+	cfg := loadgen.HoldConfig{Base: b.o.Target, Conns: b.o.Connections, Hold: b.o.ConnHold, Every: b.o.ConnEvery, ServerPID: b.serverPID, Sources: b.o.Sources}
 	if !b.o.Quiet && loadgen.IsTerminal(b.stderr) {
 		cfg.Progress = func(opened, failed int64, holding bool) {
 			state := "opening"

@@ -36,6 +36,7 @@ func (b *bench) setup(args, strategies []string) loadgen.Setup {
 		s.Target = o.Target
 		s.Server = nil
 	}
+	s.Workers, s.Sources = o.Workers, o.Sources
 	return s
 }
 

@@ -23,6 +23,7 @@ const window = time.Second
 type Report struct {
 	Name     string           `json:"name"`
 	Target   string           `json:"target"`
+	Workers  []string         `json:"workers,omitempty"` // the load's workers, if it came from them
 	Started  time.Time        `json:"started"`
 	Phases   []PhaseResult    `json:"phases"`
 	Faults   []FaultResult    `json:"faults"`
@@ -90,6 +91,13 @@ type Env struct {
 	Redis   rueidis.Client // the target's Redis (Checker.Gate's client)
 	// RunID names the drill's sales and buyers (unique per run).
 	RunID string
+	// Workers, if set, send the phases' load (flashsale bench -worker on
+	// each load machine), to Target with buyers' tokens signed with
+	// UserSecret, each connection from one of Sources loopback addresses.
+	Workers    *loadgen.Coordinator
+	Target     string
+	UserSecret string
+	Sources    int
 	// Progress, if set, gets a line at each phase and fault.
 	Progress func(string)
 }
@@ -118,6 +126,12 @@ func Run(ctx context.Context, f *File, env Env) (*Report, error) {
 	}
 	rep := &Report{Name: f.Name, Target: env.Client.Base(), Started: time.Now().UTC(), Codes: map[string]int64{}}
 	start := time.Now()
+	if env.Workers != nil {
+		// Every phase's part goes to the workers now, to start at its
+		// moment: the first one too, once each worker has it.
+		start = start.Add(3 * time.Second)
+		rep.Workers = env.Workers.Workers
+	}
 
 	// Faults fire on their own clock, from the first phase's start.
 	fctx, stopFaults := context.WithCancel(ctx)
@@ -153,12 +167,29 @@ func Run(ctx context.Context, f *File, env Env) (*Report, error) {
 		at := off
 		off += p.For.D()
 		// Every phase numbers its requests from 0: each gets its own range
-		// of the scenario's buyers (a multiple of its groups of 7), so that
-		// a later phase's buyers are new people, not the earlier ones
-		// clicking again.
+		// of the scenario's buyers (a multiple of its groups of 7, and of
+		// the workers' blocks), so that a later phase's buyers are new
+		// people, not the earlier ones clicking again.
 		first := seq0
-		seq0 += (int64(math.Ceil(p.Rate*p.For.D().Seconds()))/7 + 2) * 7
+		seq0 += (int64(math.Ceil(p.Rate*p.For.D().Seconds()))/28 + 2) * 28
 		op := func(ctx context.Context, seq int64) loadgen.Outcome { return base(ctx, first+seq) }
+		if env.Workers != nil {
+			pw.Go(func() {
+				w := loadgen.Work{Target: env.Target, UserSecret: env.UserSecret, Scenario: sc.Config(), Lifecycle: sc.Lifecycle(),
+					Mode: loadgen.Open, Rate: p.Rate, Duration: p.For.D(), Concurrency: f.MaxInFlight, SeqBase: first,
+					Sources: env.Sources, StartAt: start.Add(at)}
+				var accepted map[string][]string
+				var parts []*loadgen.WorkResult
+				results[i], accepted, parts, errs[i] = env.Workers.Run(ctx, w)
+				for _, wr := range parts {
+					if wr != nil {
+						say(fmt.Sprintf("phase %s: worker %s answered %d, %d errors, started %v after its moment", p.Name, wr.Worker, wr.Requests, wr.Errors, wr.StartLag.Round(time.Microsecond)))
+					}
+				}
+				sc.AddAccepted(accepted)
+			})
+			continue
+		}
 		pw.Go(func() {
 			t := time.NewTimer(time.Until(start.Add(at)))
 			defer t.Stop()

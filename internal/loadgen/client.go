@@ -51,16 +51,51 @@ type Client struct {
 	sign func(user string) string
 }
 
+// CheckTarget is CheckLoopback, or with remote any http:// or https:// URL
+// with a host: a target the operator named as theirs (-remote-target), or
+// one a coordinator sent a worker (flashsale bench -worker).
+func CheckTarget(target string, remote bool) error {
+	if !remote {
+		return CheckLoopback(target)
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		return fmt.Errorf("target %q: %w", target, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("target %q: an http:// or https:// URL with a host is needed", target)
+	}
+	return nil
+}
+
+// ClientOptions are a Client's settings beyond its target and tokens.
+type ClientOptions struct {
+	// Remote accepts a target that is not a loopback address (CheckTarget).
+	Remote bool
+	// Sources spreads the connections to a loopback target over the source
+	// addresses 127.0.0.1 to 127.0.0.Sources (0 or 1: the system's choice),
+	// which lifts the per-address port bound (sources.go).
+	Sources int
+}
+
 // NewClient returns a client of the API at base (a loopback URL, see
 // CheckLoopback) keeping up to conns connections open. adminToken is the
 // admin bearer token; userSecret signs the buyers' tokens.
 func NewClient(base, adminToken, userSecret string, conns int) (*Client, error) {
-	if err := CheckLoopback(base); err != nil {
+	return NewClientWith(base, adminToken, userSecret, conns, ClientOptions{})
+}
+
+// NewClientWith is NewClient with o's settings.
+func NewClientWith(base, adminToken, userSecret string, conns int, o ClientOptions) (*Client, error) {
+	if err := CheckTarget(base, o.Remote); err != nil {
+		return nil, err
+	}
+	if err := checkSources(o.Sources); err != nil {
 		return nil, err
 	}
 	tr := &http.Transport{
-		Proxy:               nil, // loopback only: never through a proxy
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		Proxy:               nil, // never through a proxy: the load goes where it is told
+		DialContext:         sourceDialer(o.Sources, 5*time.Second),
 		MaxIdleConns:        conns,
 		MaxIdleConnsPerHost: conns,
 		IdleConnTimeout:     90 * time.Second,

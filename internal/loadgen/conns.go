@@ -21,6 +21,10 @@ type HoldConfig struct {
 	Hold  time.Duration
 	Every time.Duration
 	Path  string // default /healthz
+	// Sources spreads the connections over the source addresses 127.0.0.1
+	// to 127.0.0.Sources (sources.go): past about 28,000 connections one
+	// source address runs out of ports.
+	Sources int
 	// ServerPID is the server's process, whose memory is read.
 	ServerPID int
 	// Progress, if set, is called with what is open about every second.
@@ -52,6 +56,10 @@ func HoldConnections(ctx context.Context, cfg HoldConfig) (*HoldResult, error) {
 	if err := CheckLoopback(cfg.Base); err != nil {
 		return nil, err
 	}
+	if err := checkSources(cfg.Sources); err != nil {
+		return nil, err
+	}
+	dial := sourceDialer(cfg.Sources, 10*time.Second)
 	if cfg.Conns < 1 || cfg.Hold <= 0 || cfg.Every <= 0 {
 		return nil, fmt.Errorf("loadgen: a memory test needs connections, a hold time and a request period")
 	}
@@ -91,7 +99,7 @@ func HoldConnections(ctx context.Context, cfg HoldConfig) (*HoldResult, error) {
 		dialing.Add(1)
 		all.Go(func() {
 			dialSem <- struct{}{}
-			c, br, ok := openConn(ctx, host, req)
+			c, br, ok := openConn(ctx, dial, host, req)
 			<-dialSem
 			if ok {
 				opened.Add(1)
@@ -176,9 +184,8 @@ func HoldConnections(ctx context.Context, cfg HoldConfig) (*HoldResult, error) {
 }
 
 // openConn dials host and sends the first request.
-func openConn(ctx context.Context, host string, req []byte) (net.Conn, *bufio.Reader, bool) {
-	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", host)
+func openConn(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), host string, req []byte) (net.Conn, *bufio.Reader, bool) {
+	c, err := dial(ctx, "tcp", host)
 	if err != nil {
 		return nil, nil, false
 	}

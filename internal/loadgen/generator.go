@@ -55,6 +55,9 @@ type Config struct {
 	// ServerPID, if set, is the process of the server under load when it
 	// is not this one: its CPU is counted apart (CPU.Server).
 	ServerPID int
+	// StartAt, if set, is when the load starts (Run waits for it): the
+	// moment every worker of a distributed run starts at (worker.go).
+	StartAt time.Time
 }
 
 // Validate reports a configuration that cannot run.
@@ -136,6 +139,9 @@ type Result struct {
 	Late int64
 	// CPU is where the machine's processor time went while measuring.
 	CPU CPU
+	// StartLag is how late the load started after Config.StartAt (the
+	// most of any worker's, in a distributed run).
+	StartLag time.Duration
 }
 
 // Throughput returns the requests answered without error per second of
@@ -235,6 +241,17 @@ func Run(ctx context.Context, cfg Config, op Op) (*Result, error) {
 	r.timeline = make([]atomic.Int64, n)
 	r.tlErrors = make([]atomic.Int64, n)
 
+	if !cfg.StartAt.IsZero() {
+		if d := time.Until(cfg.StartAt); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
 	r.start = time.Now()
 	r.measure = r.start.Add(cfg.Warmup)
 	r.deadline = r.measure.Add(cfg.Duration)
@@ -250,6 +267,9 @@ func Run(ctx context.Context, cfg Config, op Op) (*Result, error) {
 	end := time.Now()
 	stopProgress()
 	res := r.result(end)
+	if !cfg.StartAt.IsZero() {
+		res.StartLag = max(r.start.Sub(cfg.StartAt), 0)
+	}
 	select {
 	case first := <-cpuAt:
 		res.CPU = cpuBetween(first, sampleCPU(), cfg.ServerPID)

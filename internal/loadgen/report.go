@@ -32,7 +32,11 @@ type Setup struct {
 	PerUserLimit  int64    `json:"per_user_limit"`
 	Strategies    []string `json:"strategies"`
 	// Target is "in-process" (a fresh server per strategy) or the URL of a running one.
-	Target  string            `json:"target"`
+	Target string `json:"target"`
+	// Workers are the load's workers (flashsale bench -worker), if it did
+	// not come from this process; Sources its source addresses.
+	Workers []string          `json:"workers,omitempty"`
+	Sources int               `json:"sources,omitempty"`
 	Server  map[string]string `json:"server,omitempty"`
 	Machine Machine           `json:"machine"`
 	Started time.Time         `json:"started_at"`
@@ -408,6 +412,9 @@ func (f *Report) WriteTable(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, ", %.3gs per strategy after %.3gs warm-up, stock %d over %d SKU(s), limit %d per user; %d CPUs\n",
 			s.DurationS, s.WarmupS, s.Stock, s.SKUs, s.PerUserLimit, s.Machine.CPUs)
+	}
+	if len(s.Workers) > 0 {
+		fmt.Fprintf(w, "load from %d workers (%s), split by buyers and rate, merged; the generator's CPU is theirs\n", len(s.Workers), strings.Join(s.Workers, ", "))
 	}
 	b := f.Baselines
 	fmt.Fprintf(w, "baselines: empty handler %.0f req/s", b.EmptyHandlerRPS)

@@ -191,6 +191,22 @@ func (s *Scenario) accept(sku, id string) {
 	m[id] = true
 }
 
+// Config returns the scenario's configuration (a worker's part is built
+// from it, worker.go).
+func (s *Scenario) Config() ScenarioConfig { return s.cfg }
+
+// Lifecycle reports whether Setup found the pay and cancel routes (Mix).
+func (s *Scenario) Lifecycle() bool { return s.lifecycle }
+
+// AddAccepted records order ids accepted by SKU elsewhere (by workers).
+func (s *Scenario) AddAccepted(bySKU map[string][]string) {
+	for sku, ids := range bySKU {
+		for _, id := range ids {
+			s.accept(sku, id)
+		}
+	}
+}
+
 // Accepted returns, per SKU, the distinct order ids the service accepted (202).
 func (s *Scenario) Accepted() map[string][]string {
 	s.mu.Lock()
