@@ -50,3 +50,11 @@ func AfterTransferOut(t *testing.T, f func()) {
 	afterTransferOut = f
 	t.Cleanup(func() { afterTransferOut = nil })
 }
+
+// SetTryAgainFor sets how long the gate retries TRYAGAIN for the test's
+// duration. Only for a test that does not run in parallel.
+func SetTryAgainFor(t *testing.T, d time.Duration) {
+	old := tryAgainFor
+	tryAgainFor = d
+	t.Cleanup(func() { tryAgainFor = old })
+}
