@@ -115,7 +115,7 @@ test-chaos-short: ## The fault suite's CHAOS_SHORT scenarios (empty: none) on CH
 			$(GO) test -count=1 -v -timeout 15m -parallel $(CHAOS_PARALLEL) -run '^TestChaos$$' ./internal/chaos || exit 1; \
 	done
 
-test-cluster-short: ## The cluster test, short (1.5 to 2.5 min): Redis Cluster, NATS cluster, 3 instances behind HAProxy, 4 faults; on CLUSTER_SHORT_DIALECTS (needs root: a network namespace)
+test-cluster-short: ## The cluster test, short (2 to 3 min): Redis Cluster, NATS cluster, 3 instances behind HAProxy, 4 faults, then the short cluster drill; on CLUSTER_SHORT_DIALECTS (needs root: a network namespace)
 	@for d in $(CLUSTER_SHORT_DIALECTS); do \
 		FLASHSALE_CLUSTER=short FLASHSALE_TEST_DIALECT=$$d FLASHSALE_TEST_REQUIRE_SERVICES=1 \
 			$(GO) test -count=1 -v -timeout 10m -run '^TestCluster$$' ./internal/cluster || exit 1; \
@@ -164,7 +164,7 @@ bench: ## Run every benchmark once (-benchtime 1x), with allocations (-benchmem)
 
 DRILL  ?= deploy/drills/local.json
 TARGET ?= http://127.0.0.1:8080
-drill: ## Run the drill DRILL (deploy/drills/local.json) against TARGET (http://127.0.0.1:8080); its stores and tokens come from the FLASHSALE_* variables (docs/drills.md)
+drill: ## Run the drill DRILL (deploy/drills/local.json; cluster.json for the cluster topology) against TARGET (http://127.0.0.1:8080); its stores and tokens come from the FLASHSALE_* variables (docs/drills.md)
 	$(GO) build -o bin/flashsale ./cmd/flashsale
 	bin/flashsale drill -target $(TARGET) $(DRILL)
 

@@ -206,6 +206,13 @@ func (p *Proc) Kill() {
 	}
 }
 
+// PID returns the process id of the last start.
+func (p *Proc) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
+
 // Term asks the process to stop (SIGTERM) and returns at once: Exited and
 // ExitCode tell when and how it ended.
 func (p *Proc) Term() { p.signal(syscall.SIGTERM) }

@@ -243,6 +243,10 @@ func TestCluster(t *testing.T) {
 		t.Errorf("after the faults: %s", v)
 	}
 
+	// Then the shipped cluster drill, on the same topology: a ramp, a
+	// spike, a hold with faults, graded by its own criteria.
+	clusterDrill(t, bins.Flashsale, lb, svcs[1], redis, nc, dbURL, full)
+
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%-22s %9s %9s %9s %8s  %-40s %s\n", "fault", "detected", "selling", "idle", "accepted", "buyers saw (5xx, no answer)", "notes")
 	for _, r := range rows {

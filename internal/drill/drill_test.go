@@ -1,6 +1,9 @@
 package drill
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +137,36 @@ func TestGrade(t *testing.T) {
 	var b strings.Builder
 	if err := rep.WriteHTML(&b); err != nil || !strings.Contains(b.String(), "<svg") || !strings.Contains(b.String(), "passed") {
 		t.Errorf("html: %v", err)
+	}
+}
+
+// TestShippedDrills: every drill in deploy/drills parses, and the cluster
+// drills' faults name only the variables docs/drills.md tells an operator
+// to export.
+func TestShippedDrills(t *testing.T) {
+	files, err := filepath.Glob("../../deploy/drills/*.json")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("shipped drills %v: %v", files, err)
+	}
+	vars := regexp.MustCompile(`\$\{?([A-Z_]+)`)
+	known := map[string]bool{"FLASHSALE_DRILL_REDIS_PRIMARY_PID": true, "FLASHSALE_DRILL_NATS_LEADER_PID": true, "FLASHSALE_DRILL_INSTANCE_PID": true}
+	for _, name := range files {
+		fh, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := Parse(fh)
+		fh.Close()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		for _, ft := range f.Faults {
+			for _, m := range vars.FindAllStringSubmatch(ft.Run, -1) {
+				if !known[m[1]] {
+					t.Errorf("%s: fault %s reads $%s, which docs/drills.md does not name", name, ft.Name, m[1])
+				}
+			}
+		}
 	}
 }
