@@ -69,7 +69,7 @@ SLOWEST_OF = echo "slowest tests of $@:"; $(GO) run $(GOTESTSUM) tool slowest --
 DB_PKGS   = $$(scripts/test-packages.sh db $(PKGS))
 NODB_PKGS = $$(scripts/test-packages.sh nodb $(PKGS))
 
-test: ## The test command, and all that CI runs: ensure services, then two lanes at once (lint, alert rules, the tests without a database, fuzzing, every benchmark once, the short fault suite on both databases, the short cluster and upgrade tests | the database-backed tests on PostgreSQL then MariaDB); a summary of every stage at the end
+test: ## The test command, and all that CI runs: ensure services, then two lanes at once (lint, alert rules, the tests without a database, fuzzing, the short fault suite on both databases, the short cluster and upgrade tests | the database-backed tests on PostgreSQL then MariaDB, every benchmark once); a summary of every stage at the end
 	@scripts/stages.sh \
 		services       'scripts/ensure-services.sh' \
 		--lane \
@@ -77,14 +77,14 @@ test: ## The test command, and all that CI runs: ensure services, then two lanes
 		alerts         '$(MAKE) --no-print-directory alerts' \
 		nodb           '$(MAKE) --no-print-directory test-nodb' \
 		fuzz           'FUZZCACHE=fresh $(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)' \
-		bench          '$(MAKE) --no-print-directory bench' \
 		chaos-postgres '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=postgres' \
 		chaos-mysql    '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=mysql' \
 		cluster-short  '$(MAKE) --no-print-directory test-cluster-short' \
 		upgrade-short  '$(MAKE) --no-print-directory test-upgrade UPGRADE=short' \
 		--lane \
 		postgres       '$(MAKE) --no-print-directory test-postgres' \
-		mysql          '$(MAKE) --no-print-directory test-mysql'
+		mysql          '$(MAKE) --no-print-directory test-mysql' \
+		bench          '$(MAKE) --no-print-directory bench'
 
 # TEST_FUZZTIME is each fuzz target's budget in make test: a count, not a
 # duration (scripts/fuzz.sh says why). 20,000 new inputs a target after the

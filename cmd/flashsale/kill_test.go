@@ -160,13 +160,29 @@ func TestKillBetweenGateAndStream(t *testing.T) {
 	p := startProc(t, env)
 	h := procClient(t, p.url)
 	h.mustPutSKU("k", 50, 1)
+	// Each 202 waits out the stream ack timeout (the relay hangs): 80
+	// buyers one after the other spent 20 s of the test on it, so they buy
+	// 16 at a time.
 	var accepted []string
-	for i := 0; i < 80; i++ {
-		r := h.buy(fmt.Sprintf("u%d", i), "k", 1, "")
-		if r.Status == http.StatusAccepted {
-			accepted = append(accepted, r.str("order_id"))
-		}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 16 {
+		wg.Go(func() {
+			for i := range next {
+				if r := h.buy(fmt.Sprintf("u%d", i), "k", 1, ""); r.Status == http.StatusAccepted {
+					mu.Lock()
+					accepted = append(accepted, r.str("order_id"))
+					mu.Unlock()
+				}
+			}
+		})
 	}
+	for i := range 80 {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	if len(accepted) != 50 {
 		t.Fatalf("%d accepted, want 50", len(accepted))
 	}
