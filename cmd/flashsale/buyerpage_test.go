@@ -84,13 +84,17 @@ func TestBuyerPage(t *testing.T) {
 
 	t.Run("waits in the queue", func(t *testing.T) {
 		p.t = t
-		// One buyer let through a second, four already waiting: the page
-		// shows a place behind them, then the Buy button.
+		// One buyer let through a second, a hundred already waiting: the
+		// page shows a place behind them; then the room lets everyone
+		// through (admission rate and stock raised: the room's rate follows
+		// both) and the page shows the Buy button. With four waiting, a
+		// loaded CI machine opened the page after the four had been let
+		// through, and the page never showed a place.
 		const slow = "slow-1"
 		if r := h.putSKUAnswered(slow, `{"stock":20,"per_user_limit":1,"waiting_room":true,"admission_rate":1}`); !saved(r) {
 			t.Fatalf("put: %d %s", r.Status, r.Raw)
 		}
-		for i := range 4 {
+		for i := range 100 {
 			if r := h.do(http.MethodPost, "/api/v1/skus/"+slow+"/queue", "", "Authorization: Bearer "+userToken(t, fmt.Sprint("early-", i))); r.Status != http.StatusCreated {
 				t.Fatalf("join: %d %s", r.Status, r.Raw)
 			}
@@ -101,6 +105,9 @@ func TestBuyerPage(t *testing.T) {
 			Number(document.querySelector("#ahead").textContent) >= 1 &&
 			/^about \d+ (s|min)$/.test(document.querySelector("#eta").textContent) &&
 			document.querySelector("#status").textContent === "You are in the queue. Keep this page open."`)
+		if r := h.putSKUAnswered(slow, `{"stock":100000,"per_user_limit":1,"waiting_room":true,"admission_rate":1000}`); !saved(r) {
+			t.Fatalf("put: %d %s", r.Status, r.Raw)
+		}
 		p.waitForWithin(30*time.Second, "the admission", `!document.querySelector("#buy-box").hidden && document.querySelector("#queue").hidden &&
 			document.querySelector("#progress").value === 100 && document.activeElement === document.querySelector("#buy")`)
 	})
