@@ -98,10 +98,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	if workerAddr != "" {
 		return bench.ServeWorker(ctx, workerAddr, o.WorkerToken, stdout, stderr)
 	}
-	for _, w := range strings.Split(workers, ",") {
-		if w = strings.TrimRight(strings.TrimSpace(w), "/"); w != "" {
-			o.Workers = append(o.Workers, w)
-		}
+	if o.Workers, err = loadgen.ParseWorkers(workers); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
 	explicit := map[string]bool{}
 	benchFlags.Visit(func(f *flag.Flag) { explicit[f.Name] = true })

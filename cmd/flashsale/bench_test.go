@@ -50,6 +50,32 @@ func runBenchCmd(t *testing.T, args ...string) (benchReport, string, error) {
 	return rep, out.String(), err
 }
 
+// benchTarget runs `flashsale bench` against h's running flashsale (its
+// tokens and stores, no warm-up, a JSON report) with args added, fails the
+// test if it fails, and returns the parsed report, its JSON and the output.
+func benchTarget(t *testing.T, h *harness, args ...string) (benchReport, []byte, string) {
+	t.Helper()
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	full := append([]string{"bench", "-quiet", "-warmup", "0s", "-json", jsonPath, "-target", h.srvURL,
+		"-admin-token", testAdmin, "-user-token-secret", testSecret,
+		"-database-url", h.cfg.DatabaseURL, "-redis-url", h.cfg.RedisURL, "-redis-prefix", h.cfg.RedisPrefix}, args...)
+	var out bytes.Buffer
+	err := run(context.Background(), full, func(string) string { return "" }, &out, &out)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep, b, out.String()
+}
+
 // resultKeys are exactly the fields of a result in the JSON report.
 var resultKeys = []string{"accepted", "drain_seconds", "errors", "invariants_ok", "oversold", "p50_ms", "p999_ms", "p99_ms",
 	"requests", "sold", "strategy", "throughput_rps"}
@@ -138,26 +164,7 @@ func TestBenchOtherStrategies(t *testing.T) {
 // included) and checks its stores.
 func TestBenchTarget(t *testing.T) {
 	h := newHarness(t, testConfig(t, "embedded"))
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "r.json")
-	args := []string{"bench", "-quiet", "-warmup", "0s", "-json", jsonPath, "-target", h.srvURL, "-baselines=false",
-		"-admin-token", testAdmin, "-user-token-secret", testSecret,
-		"-database-url", h.cfg.DatabaseURL, "-redis-url", h.cfg.RedisURL, "-redis-prefix", h.cfg.RedisPrefix,
-		"-scenario", "mix", "-buyers", "16", "-duration", "1s", "-stock", "80"}
-	var out bytes.Buffer
-	err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
-	t.Log(out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep benchReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, b, _ := benchTarget(t, h, "-baselines=false", "-scenario", "mix", "-buyers", "16", "-duration", "1s", "-stock", "80")
 	if len(rep.Results) != 1 || rep.Results[0]["strategy"] != "pipeline" || rep.Results[0]["invariants_ok"] != true {
 		t.Errorf("results %v", rep.Results)
 	}
@@ -267,26 +274,8 @@ func TestBenchEmptyEach(t *testing.T) {
 func TestBenchTargetPaths(t *testing.T) {
 	slowEndToEnd(t)
 	h := newHarness(t, testConfig(t, "embedded"))
-	dir := t.TempDir()
-	jsonPath, htmlPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.html")
-	args := []string{"bench", "-quiet", "-warmup", "0s", "-json", jsonPath, "-html", htmlPath, "-target", h.srvURL, "-baselines=false",
-		"-admin-token", testAdmin, "-user-token-secret", testSecret,
-		"-database-url", h.cfg.DatabaseURL, "-redis-url", h.cfg.RedisURL, "-redis-prefix", h.cfg.RedisPrefix,
-		"-buyers", "8", "-requests", "100", "-duration", "90s"}
-	var out bytes.Buffer
-	err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
-	t.Log(out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep benchReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	htmlPath := filepath.Join(t.TempDir(), "r.html")
+	rep, _, _ := benchTarget(t, h, "-html", htmlPath, "-baselines=false", "-buyers", "8", "-requests", "100", "-duration", "90s")
 	if len(rep.Results) != 2 {
 		t.Fatalf("%d results, want the purchase and sold-out paths", len(rep.Results))
 	}
@@ -453,26 +442,8 @@ func TestBenchWorkers(t *testing.T) {
 	const token = "bench-worker-token-0123"
 	w1 := startBenchWorker(t, "127.0.0.1:0", token)
 	w2 := startBenchWorker(t, "127.0.0.1:0", token)
-	jsonPath := filepath.Join(t.TempDir(), "r.json")
-	args := []string{"bench", "-quiet", "-warmup", "0s", "-json", jsonPath, "-target", h.srvURL,
-		"-admin-token", testAdmin, "-user-token-secret", testSecret,
-		"-database-url", h.cfg.DatabaseURL, "-redis-url", h.cfg.RedisURL, "-redis-prefix", h.cfg.RedisPrefix,
-		"-workers", w1 + "," + w2, "-worker-token", token, "-sources", "3",
-		"-scenario", "hot", "-buyers", "8", "-duration", "1m", "-requests", "700", "-stock", "150"}
-	var out bytes.Buffer
-	err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
-	t.Log(out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep benchReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, b, out := benchTarget(t, h, "-workers", w1+","+w2, "-worker-token", token, "-sources", "3",
+		"-scenario", "hot", "-buyers", "8", "-duration", "1m", "-requests", "700", "-stock", "150")
 	if ws, _ := rep.Setup["workers"].([]any); len(ws) != 2 {
 		t.Errorf("setup workers %v, want the 2", rep.Setup["workers"])
 	}
@@ -487,7 +458,7 @@ func TestBenchWorkers(t *testing.T) {
 	if acc, _ := r["accepted"].(float64); acc != 150 || r["sold"] != 150.0 {
 		t.Errorf("%v orders accepted, %v sold, want the 150 units each", r["accepted"], r["sold"])
 	}
-	if !strings.Contains(out.String(), "load from 2 workers") || strings.Contains(string(b), token) {
+	if !strings.Contains(out, "load from 2 workers") || strings.Contains(string(b), token) {
 		t.Errorf("the table does not name the workers, or the report holds the worker token")
 	}
 }

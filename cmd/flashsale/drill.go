@@ -92,18 +92,14 @@ func runDrill(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	var co *loadgen.Coordinator
 	if workers != "" {
-		co = &loadgen.Coordinator{Token: workerToken}
-		for _, w := range strings.Split(workers, ",") {
-			if w = strings.TrimRight(strings.TrimSpace(w), "/"); w != "" {
-				if err := loadgen.CheckTarget(w, true); err != nil {
-					return fmt.Errorf("drill: -workers: %w", err)
-				}
-				co.Workers = append(co.Workers, w)
-			}
+		list, err := loadgen.ParseWorkers(workers)
+		if err != nil {
+			return fmt.Errorf("drill: %w", err)
 		}
 		if workerToken == "" {
 			return errors.New("drill: -workers needs -worker-token (or FLASHSALE_WORKER_TOKEN), the token the workers were started with")
 		}
+		co = &loadgen.Coordinator{Workers: list, Token: workerToken}
 	}
 	cl, err := loadgen.NewClientWith(target, cfg.AdminToken, cfg.UserTokenSecret, conns, loadgen.ClientOptions{Remote: remote, Sources: sources})
 	if err != nil {

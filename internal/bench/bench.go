@@ -302,11 +302,6 @@ func (o *Options) Validate() ([]string, error) {
 		case o.Mode == string(loadgen.Closed) && o.Buyers < len(o.Workers):
 			return nil, fmt.Errorf("-buyers %d cannot be split between %d workers", o.Buyers, len(o.Workers))
 		}
-		for _, w := range o.Workers {
-			if err := loadgen.CheckTarget(w, true); err != nil {
-				return nil, fmt.Errorf("-workers: %w", err)
-			}
-		}
 	}
 	// Every request in flight holds a client socket, and in-process a
 	// server socket too; running out of descriptors would be measured as

@@ -171,7 +171,7 @@ func Run(ctx context.Context, f *File, env Env) (*Report, error) {
 		// the workers' blocks), so that a later phase's buyers are new
 		// people, not the earlier ones clicking again.
 		first := seq0
-		seq0 += (int64(math.Ceil(p.Rate*p.For.D().Seconds()))/28 + 2) * 28
+		seq0 += (int64(math.Ceil(p.Rate*p.For.D().Seconds()))/loadgen.WorkBlock + 2) * loadgen.WorkBlock
 		op := func(ctx context.Context, seq int64) loadgen.Outcome { return base(ctx, first+seq) }
 		if env.Workers != nil {
 			pw.Go(func() {

@@ -253,28 +253,17 @@ func TestLoadgenHoldConnections(t *testing.T) {
 	var mu sync.Mutex
 	conns := map[net.Conn]bool{}
 	requests := 0
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			requests++
-			mu.Unlock()
-			w.Write([]byte(`{"status":"ok"}`))
-		}),
-		ConnState: func(c net.Conn, s http.ConnState) {
-			if s == http.StateNew {
-				mu.Lock()
-				conns[c] = true
-				mu.Unlock()
-			}
-		},
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Close()
-	res, err := HoldConnections(context.Background(), HoldConfig{Base: "http://" + ln.Addr().String(), Conns: 40,
+	base := connServer(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests++
+		mu.Unlock()
+		w.Write([]byte(`{"status":"ok"}`))
+	}, func(c net.Conn) {
+		mu.Lock()
+		conns[c] = true
+		mu.Unlock()
+	})
+	res, err := HoldConnections(context.Background(), HoldConfig{Base: base, Conns: 40,
 		Hold: 300 * time.Millisecond, Every: 100 * time.Millisecond, ServerPID: os.Getpid()})
 	if err != nil {
 		t.Fatal(err)
@@ -376,4 +365,22 @@ func TestLoadgenProcessCPU(t *testing.T) {
 	if round(c.Redis, 6) != 0.5 || round(c.Database, 6) != 0.3 || round(c.NATS, 6) != 0.3 || round(c.Server, 6) != 0.7 || c.ServerPID != 5 {
 		t.Errorf("cpuBetween: %+v", c)
 	}
+}
+
+// connServer serves handler on a loopback port until the test ends, calls
+// onNew with every new connection, and returns its base URL.
+func connServer(t *testing.T, handler http.HandlerFunc, onNew func(net.Conn)) string {
+	t.Helper()
+	srv := &http.Server{Handler: handler, ConnState: func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			onNew(c)
+		}
+	}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
 }

@@ -39,11 +39,27 @@ import (
 // A worker runs up to MaxWorkRuns Works at once (409 busy past them): a
 // drill sends every phase's part ahead, each to start at its moment.
 
-// partBlock is the run of consecutive sequence numbers a worker keeps
+// WorkBlock is the run of consecutive sequence numbers a worker keeps
 // together: a multiple of every scenario's period (7 for the buyers' clicks,
 // 4 for Mix's settling), so a buyer's double click and second purchase go
-// out from the worker that sent its first.
-const partBlock = 28
+// out from the worker that sent its first. A Work's SeqBase is a multiple.
+const WorkBlock = 28
+
+// ParseWorkers reads a comma-separated list of workers' URLs (-workers):
+// each an http:// or https:// URL with a host, a trailing slash dropped.
+func ParseWorkers(list string) ([]string, error) {
+	var out []string
+	for _, w := range strings.Split(list, ",") {
+		if w = strings.TrimRight(strings.TrimSpace(w), "/"); w == "" {
+			continue
+		}
+		if err := CheckTarget(w, true); err != nil {
+			return nil, fmt.Errorf("-workers: %w", err)
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
 
 // MaxWorkRuns is how many Works a worker runs at once.
 const MaxWorkRuns = 16
@@ -65,7 +81,7 @@ type Work struct {
 	Warmup      time.Duration `json:"warmup_ns,omitempty"`
 	Requests    int64         `json:"requests,omitempty"`
 	// SeqBase is added to every request's number: a drill's later phase
-	// gets buyers of its own (a multiple of partBlock).
+	// gets buyers of its own (a multiple of WorkBlock).
 	SeqBase int64 `json:"seq_base,omitempty"`
 	Sources int   `json:"sources,omitempty"`
 	// StartAt is when the load starts, on the worker's clock.
@@ -79,8 +95,8 @@ func (w Work) Validate() error {
 		return fmt.Errorf("part %d of %d: need 0 <= part < parts", w.Part, w.Parts)
 	case w.UserSecret == "":
 		return errors.New("the user token secret is required (it signs the buyers' tokens)")
-	case w.SeqBase < 0 || w.SeqBase%partBlock != 0:
-		return fmt.Errorf("seq_base %d: must be a multiple of %d, 0 or more", w.SeqBase, partBlock)
+	case w.SeqBase < 0 || w.SeqBase%WorkBlock != 0:
+		return fmt.Errorf("seq_base %d: must be a multiple of %d, 0 or more", w.SeqBase, WorkBlock)
 	}
 	if err := CheckTarget(w.Target, true); err != nil {
 		return err
@@ -126,7 +142,7 @@ type WorkResult struct {
 func partOp(op Op, part, parts int, base int64) Op {
 	p, n := int64(part), int64(max(parts, 1))
 	return func(ctx context.Context, seq int64) Outcome {
-		return op(ctx, base+(seq/partBlock*n+p)*partBlock+seq%partBlock)
+		return op(ctx, base+(seq/WorkBlock*n+p)*WorkBlock+seq%WorkBlock)
 	}
 }
 

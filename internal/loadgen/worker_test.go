@@ -14,10 +14,10 @@ import (
 )
 
 // TestLoadgenPartsAreDisjoint: the workers' parts of a run send every
-// request of the sequence once, and each block of partBlock requests (a
+// request of the sequence once, and each block of WorkBlock requests (a
 // buyer's clicks) from one worker.
 func TestLoadgenPartsAreDisjoint(t *testing.T) {
-	const parts, each = 3, 10 * partBlock
+	const parts, each = 3, 10 * WorkBlock
 	seen := map[int64]int{}
 	for p := 0; p < parts; p++ {
 		op := partOp(func(_ context.Context, seq int64) Outcome {
@@ -36,7 +36,7 @@ func TestLoadgenPartsAreDisjoint(t *testing.T) {
 		if !ok {
 			t.Fatalf("request %d sent by no part", seq)
 		}
-		if first := seen[seq/partBlock*partBlock]; p != first {
+		if first := seen[seq/WorkBlock*WorkBlock]; p != first {
 			t.Fatalf("request %d by part %d, its block's first by part %d", seq, p, first)
 		}
 	}
@@ -71,7 +71,7 @@ func TestLoadgenCoordinatorSplitsAndMerges(t *testing.T) {
 	}
 	ctx := context.Background()
 	f.stock[sc.SKUs()[0]] = 1_000_000
-	const requests = 2 * 3 * partBlock * 7 // whole blocks for every worker
+	const requests = 2 * 3 * WorkBlock * 7 // whole blocks for every worker
 	co := Coordinator{Workers: workers, Token: "wt", StartIn: 200 * time.Millisecond}
 	res, accepted, parts, err := co.Run(ctx, Work{Target: api.URL, UserSecret: "s", Scenario: sc.Config(),
 		Mode: Closed, Concurrency: 7, Duration: time.Minute, Requests: requests})
@@ -184,24 +184,13 @@ func TestLoadgenWorkerRefuses(t *testing.T) {
 func TestLoadgenSourceAddresses(t *testing.T) {
 	var mu sync.Mutex
 	from := map[string]int{}
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{}`)) }),
-		ConnState: func(c net.Conn, s http.ConnState) {
-			if s == http.StateNew {
-				host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-				mu.Lock()
-				from[host]++
-				mu.Unlock()
-			}
-		},
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Close()
-	res, err := HoldConnections(context.Background(), HoldConfig{Base: "http://" + ln.Addr().String(), Conns: 8,
+	base := connServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{}`)) }, func(c net.Conn) {
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		mu.Lock()
+		from[host]++
+		mu.Unlock()
+	})
+	res, err := HoldConnections(context.Background(), HoldConfig{Base: base, Conns: 8,
 		Hold: 100 * time.Millisecond, Every: time.Second, Sources: 4, ServerPID: os.Getpid()})
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +205,7 @@ func TestLoadgenSourceAddresses(t *testing.T) {
 			t.Errorf("%d connections from %s, want 2 (from %v)", from[a], a, from)
 		}
 	}
-	if _, err := HoldConnections(context.Background(), HoldConfig{Base: "http://" + ln.Addr().String(), Conns: 1,
+	if _, err := HoldConnections(context.Background(), HoldConfig{Base: base, Conns: 1,
 		Hold: time.Millisecond, Every: time.Second, Sources: MaxSources + 1}); err == nil {
 		t.Error("Sources past 254 accepted")
 	}
