@@ -90,6 +90,43 @@ func (s *myStore) snapshot(ctx context.Context, sku string, ids []string, full b
 	return snap, nil
 }
 
+// LockedSnapshot keeps the contract of pgStore.LockedSnapshot: a share
+// lock on sku's inventory row (every writer of the stock takes it FOR
+// UPDATE) from before read until the snapshot is read.
+func (s *myStore) LockedSnapshot(ctx context.Context, sku string, read func(ctx context.Context) ([]string, error)) (Snapshot, error) {
+	snap := Snapshot{Processed: make(map[string]sale.Status)}
+	// READ COMMITTED: every read below sees what committed before it (no
+	// read view fixed at the first one), and nothing that changes the
+	// stock can commit while the lock is held.
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
+	}
+	defer tx.Rollback()
+	err = tx.QueryRowContext(ctx, `SELECT stock FROM inventory WHERE sku_id = ? LOCK IN SHARE MODE`, sku).Scan(&snap.Stock)
+	if noRows(err) {
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: %w", sku, sale.ErrUnknownSKU)
+	}
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
+	}
+	ids, err := read(ctx)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	snap.Restores, err = mySKURestores(ctx, tx, sku)
+	if err == nil && len(ids) > 0 {
+		err = myProcessed(ctx, tx, ids, snap.Processed)
+	}
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: commit: %w", sku, err)
+	}
+	return snap, nil
+}
+
 // myQuerier is what the read helpers need: *sql.DB or *sql.Tx.
 type myQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)

@@ -78,6 +78,7 @@ type backend interface {
 	OrderByKey(ctx context.Context, sku, user, key string) (sale.Order, error)
 	Snapshot(ctx context.Context, sku string, ids []string) (Snapshot, error)
 	SeedSnapshot(ctx context.Context, sku string, ids []string) (Snapshot, error)
+	LockedSnapshot(ctx context.Context, sku string, read func(ctx context.Context) (ids []string, err error)) (Snapshot, error)
 	Processed(ctx context.Context, ids []string) (map[string]sale.Status, error)
 	LiveHoldings(ctx context.Context, sku string) (map[string]int64, error)
 

@@ -183,6 +183,65 @@ func (s *pgStore) snapshot(ctx context.Context, sku string, ids []string, full b
 	return snap, nil
 }
 
+// LockedSnapshot is Snapshot for a resync: it takes a share lock on sku's
+// inventory row, calls read (the caller's read of Redis' reservations in
+// flight, which returns the order ids to ask about), then reads the
+// snapshot, and only then lets the row go. Every writer that decides a
+// reservation or sells (ApplyBatch, BuyDirect) or gives units back holds
+// that row's lock to commit, so no unit reserved after read can be in the
+// snapshot's stock: what the caller counts as reserved since its read
+// (stockgate.Resync) is never also taken in the database. (Without the
+// lock, a unit reserved after the read and applied before the snapshot was
+// counted twice and stayed out of Redis for good.) The lock is held for
+// read's round trip: one Redis call.
+func (s *pgStore) LockedSnapshot(ctx context.Context, sku string, read func(ctx context.Context) ([]string, error)) (Snapshot, error) {
+	snap := Snapshot{Processed: make(map[string]sale.Status)}
+	// READ COMMITTED: each statement below sees what committed before it,
+	// and nothing that changes the stock can commit while the lock is held.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	err = tx.QueryRow(ctx, `SELECT stock FROM inventory WHERE sku_id = $1 FOR SHARE`, sku).Scan(&snap.Stock)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: %w", sku, sale.ErrUnknownSKU)
+	}
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
+	}
+	ids, err := read(ctx)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT order_id, sku_id, user_id, quantity FROM redis_restores WHERE sku_id = $1`, sku).Query(func(rows pgx.Rows) error {
+		var r Restore
+		_, err := pgx.ForEachRow(rows, []any{&r.OrderID, &r.SKU, &r.User, &r.Quantity}, func() error {
+			snap.Restores = append(snap.Restores, r)
+			return nil
+		})
+		return err
+	})
+	if len(ids) > 0 {
+		b.Queue(snapshotProcessedSQL, ids).Query(func(rows pgx.Rows) error {
+			var id, status string
+			_, err := pgx.ForEachRow(rows, []any{&id, &status}, func() error {
+				snap.Processed[id] = sale.Status(status)
+				return nil
+			})
+			return err
+		})
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: %w", sku, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Snapshot{}, fmt.Errorf("orderstore: snapshot %q: commit: %w", sku, err)
+	}
+	return snap, nil
+}
+
 // Processed returns, for the given order ids, which are in process_log
 // (applied by ApplyBatch, sold by BuyDirect or discarded) and the status of
 // their order now; ids absent from the map have not been processed. It is

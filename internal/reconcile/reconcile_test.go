@@ -96,6 +96,16 @@ func (h *hookStore) Snapshot(ctx context.Context, sku string, ids []string) (ord
 	return snap, err
 }
 
+func (h *hookStore) LockedSnapshot(ctx context.Context, sku string, read func(context.Context) ([]string, error)) (orderstore.Snapshot, error) {
+	snap, err := h.Store.LockedSnapshot(ctx, sku, read)
+	if h.afterSnapshot != nil {
+		f := h.afterSnapshot
+		h.afterSnapshot = nil // once: the retry reads a fresh snapshot
+		f()
+	}
+	return snap, err
+}
+
 func (h *hookStore) PutSKU(ctx context.Context, c orderstore.SKUChange) (sale.SKU, int64, bool, error) {
 	if h.beforePut != nil {
 		h.beforePut()

@@ -27,6 +27,7 @@ type Store interface {
 	PutSKU(ctx context.Context, c orderstore.SKUChange) (sale.SKU, int64, bool, error)
 	Snapshot(ctx context.Context, sku string, ids []string) (orderstore.Snapshot, error)
 	SeedSnapshot(ctx context.Context, sku string, ids []string) (orderstore.Snapshot, error)
+	LockedSnapshot(ctx context.Context, sku string, read func(ctx context.Context) ([]string, error)) (orderstore.Snapshot, error)
 }
 
 // Queue finds reservations that may be in flight in the stream (not yet
@@ -299,14 +300,11 @@ func (s *Syncer) warmOnce(ctx context.Context, id, token string, pre map[string]
 		}
 		// Close what was applied between the reads and the seed (or resync
 		// what another instance seeded meanwhile).
-		if f, err = s.gate.ReadInFlight(ctx, id); err != nil {
-			return WarmResult{}, err
-		}
-		r2, err := s.resync(ctx, id, cfg, f)
+		r2, err := s.resync(ctx, id, cfg)
 		r2.Seeded = seeded
 		return r2, err
 	}
-	return s.resync(ctx, id, cfg, f)
+	return s.resync(ctx, id, cfg)
 }
 
 // seed loads an unloaded SKU. In flight are the reservations Redis still
@@ -375,12 +373,24 @@ func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f
 	return WarmResult{SKU: sku.ID, Seeded: seeded, Available: avail, DBStock: stock, InFlight: units}, seeded, nil
 }
 
-func (s *Syncer) resync(ctx context.Context, id string, cfg stockgate.Config, f stockgate.InFlight) (WarmResult, error) {
-	ids := make([]string, len(f.Reservations))
-	for i, r := range f.Reservations {
-		ids[i] = r.OrderID
-	}
-	snap, err := s.store.Snapshot(ctx, id, ids)
+// resync re-synchronises a loaded SKU: it reads Redis' reservations in
+// flight while the database holds the SKU's stock still (LockedSnapshot),
+// so that a unit reserved after the read cannot also be in the snapshot's
+// stock (Resync counts it as reserved since the read: it would be taken
+// twice, and stay out of Redis for good).
+func (s *Syncer) resync(ctx context.Context, id string, cfg stockgate.Config) (WarmResult, error) {
+	var f stockgate.InFlight
+	snap, err := s.store.LockedSnapshot(ctx, id, func(ctx context.Context) ([]string, error) {
+		var err error
+		if f, err = s.gate.ReadInFlight(ctx, id); err != nil {
+			return nil, err
+		}
+		ids := make([]string, len(f.Reservations))
+		for i, r := range f.Reservations {
+			ids[i] = r.OrderID
+		}
+		return ids, nil
+	})
 	if err != nil {
 		return WarmResult{}, err
 	}

@@ -6,8 +6,11 @@
 -- pending (S already includes their units). Then:
 --   available = S - (units of R not processed) - (units reserved since C1)
 -- (negative: the gate owes that many units, recorded as debt, see restore.lua)
--- Units reserved after the snapshot may be counted twice (briefly undersold,
--- never oversold); processed entries of R are closed here, and pending
+-- A unit reserved after R was read and decided in the database before the
+-- snapshot would be counted twice (in S and in the reserved counter) and stay
+-- out of Redis for good: the caller holds the SKU's stock row locked from
+-- before reading R until S is read (orderstore's LockedSnapshot), so no
+-- decision can land in between. Processed entries of R are closed here, and pending
 -- restores are marked done (their buyer slot given back), so that a late
 -- finalize or restore cannot give units back a second time.
 -- Any other change of avail or debt since the read (a refusal or release

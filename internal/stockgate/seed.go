@@ -153,7 +153,10 @@ func (g *Gate) Fence(ctx context.Context, sku string) error {
 }
 
 // Resync sets a loaded SKU's available units from a database snapshot taken
-// after f was read: available = dbStock - (units of f not processed) -
+// after f was read, with the SKU's stock row locked from before the read
+// until the snapshot (orderstore's LockedSnapshot: a unit reserved after the
+// read must not be in dbStock, as it is also counted below as reserved
+// since the read): available = dbStock - (units of f not processed) -
 // (units reserved since f was read). processed maps the ids of f the database
 // has decided to true when refused; those entries are closed here. released
 // are the releases whose Redis restore the snapshot shows pending: dbStock
