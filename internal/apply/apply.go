@@ -245,15 +245,29 @@ func (c *Consumer) worker(ctx context.Context, cons jetstream.Consumer) {
 	}
 }
 
+// drain applies the iterator's messages in batches until ctx ends. Then the
+// iterator is drained, not stopped: the messages its pull had already
+// buffered are handed back (nak) with the batch being filled, so that
+// another instance gets them at once. Stopped, it dropped them, and each
+// waited out the consumer's ack wait (30 s as the previous release sets
+// it) before anyone applied it.
 func (c *Consumer) drain(ctx context.Context, it jetstream.MessagesContext) {
-	stop := context.AfterFunc(ctx, it.Stop)
+	stop := context.AfterFunc(ctx, it.Drain)
 	defer stop()
 	batch := make([]jetstream.Msg, 0, c.cfg.Batch)
 	for {
 		// Block for the first message, then fill the batch for at most MaxWait.
 		m, err := it.Next()
+		if err == nil && ctx.Err() != nil {
+			c.handBack(it, append(batch[:0], m))
+			return
+		}
 		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				c.handBack(it, nil)
+				return
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return
 			}
 			c.log.Warn("consumer: next", "err", err)
@@ -273,7 +287,29 @@ func (c *Consumer) drain(ctx context.Context, it jetstream.MessagesContext) {
 			}
 			batch = append(batch, m)
 		}
+		if ctx.Err() != nil {
+			c.handBack(it, batch)
+			return
+		}
 		c.Handle(ctx, batch)
+	}
+}
+
+// handBack naks msgs and every message it still buffers, once the consumer
+// stops: none was applied, and a nak lets another consumer have it now.
+func (c *Consumer) handBack(it jetstream.MessagesContext, msgs []jetstream.Msg) {
+	it.Drain() // also when ctx's AfterFunc has not run yet
+	for {
+		for _, m := range msgs {
+			if err := m.Nak(); err != nil {
+				c.log.Warn("consumer: nak on stop", "err", err)
+			}
+		}
+		m, err := it.Next(jetstream.NextMaxWait(time.Second))
+		if err != nil {
+			return
+		}
+		msgs = append(msgs[:0], m)
 	}
 }
 

@@ -189,9 +189,9 @@ func TestUpgrade(t *testing.T) {
 		time.Sleep(time.Second) // buyers meet the replaced instance too
 		// Known: each version rewrites the shared durable consumer's ack
 		// wait at start (the previous release's default 30 s, this one's
-		// 3 s), so after a previous-release instance starts, messages the
-		// stopped instance held wait up to 30 s (docs/releasing.md); the
-		// 60 s bound below covers it.
+		// 3 s). This release hands back the messages it holds when it
+		// stops; a stopped previous-release instance's wait out the ack
+		// wait (docs/releasing.md): the 60 s bound below covers it.
 		sale.Stop()
 		for _, f := range sale.Failures() {
 			t.Errorf("%s: buyer saw: %s", st.name, f)
