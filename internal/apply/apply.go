@@ -252,12 +252,11 @@ func (c *Consumer) worker(ctx context.Context, cons jetstream.Consumer) {
 // waited out the consumer's ack wait (30 s as the previous release sets
 // it) before anyone applied it.
 func (c *Consumer) drain(ctx context.Context, it jetstream.MessagesContext) {
-	stop := context.AfterFunc(ctx, it.Drain)
-	defer stop()
 	batch := make([]jetstream.Msg, 0, c.cfg.Batch)
 	for {
-		// Block for the first message, then fill the batch for at most MaxWait.
-		m, err := it.Next()
+		// Block for the first message (until ctx ends), then fill the
+		// batch for at most MaxWait.
+		m, err := it.Next(jetstream.NextContext(ctx))
 		if err == nil && ctx.Err() != nil {
 			c.handBack(it, append(batch[:0], m))
 			return
@@ -295,10 +294,12 @@ func (c *Consumer) drain(ctx context.Context, it jetstream.MessagesContext) {
 	}
 }
 
-// handBack naks msgs and every message it still buffers, once the consumer
-// stops: none was applied, and a nak lets another consumer have it now.
+// handBack naks msgs and every message the iterator still buffers, once the
+// consumer stops: none was applied, and a nak lets another consumer have it
+// now. Bounded: the buffer holds at most two batches, and an empty one ends
+// it within a second (at once when the drain completes).
 func (c *Consumer) handBack(it jetstream.MessagesContext, msgs []jetstream.Msg) {
-	it.Drain() // also when ctx's AfterFunc has not run yet
+	it.Drain()
 	for {
 		for _, m := range msgs {
 			if err := m.Nak(); err != nil {
@@ -611,6 +612,14 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 // at the MaxDeliver-th the message moves to the dead letters instead.
 func (c *Consumer) retry(ctx context.Context, msgs []jetstream.Msg, rs []sale.Reservation, cause error, deterministic bool) {
 	for i, m := range msgs {
+		if ctx.Err() != nil {
+			// Stopping: the batch is handed back now (see handBack),
+			// not after a backoff that is about this instance's trouble.
+			if err := m.Nak(); err != nil {
+				c.log.Warn("consumer: nak", "err", err)
+			}
+			continue
+		}
 		n := 1
 		if md, err := m.Metadata(); err == nil {
 			n = int(md.NumDelivered)

@@ -43,6 +43,7 @@ func (m *msg) Metadata() (*jetstream.MsgMetadata, error) {
 }
 func (m *msg) Ack() error                       { m.acked = true; return nil }
 func (m *msg) NakWithDelay(time.Duration) error { m.naks++; return nil }
+func (m *msg) Nak() error                       { m.naks++; return nil }
 func (m *msg) TermWithReason(string) error      { m.termed = true; return nil }
 func (m *msg) InProgress() error                { m.progress.Add(1); return nil }
 

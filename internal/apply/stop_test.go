@@ -62,7 +62,9 @@ func TestStopHandsMessagesBack(t *testing.T) {
 	// One worker, batches of 4: its pull buffers up to 8 more. Whether
 	// the stop finds messages in the buffer depends on the moment it comes:
 	// ten stops.
-	cfg := apply.Config{Workers: 1, Batch: 4, AckWait: ackWait, Backoff: []time.Duration{10 * time.Millisecond}}
+	// A backoff longer than the test: the batch held when the stop came
+	// must be handed back at once too, not after it.
+	cfg := apply.Config{Workers: 1, Batch: 4, AckWait: ackWait, Backoff: []time.Duration{time.Minute}}
 	const rounds, n = 10, 16
 	var longest time.Duration
 	for round := range rounds {

@@ -68,6 +68,9 @@ const (
 	// whose units moved meanwhile (busy refusals and releases); the
 	// reconciler comes back later.
 	syncAttempts = 5
+	// lockedReadTimeout bounds the Redis read a resync makes while the
+	// database holds the SKU's stock row (LockedSnapshot).
+	lockedReadTimeout = 2 * time.Second
 )
 
 // Syncer loads and re-synchronises sales between the database and Redis.
@@ -381,6 +384,10 @@ func (s *Syncer) seed(ctx context.Context, sku sale.SKU, cfg stockgate.Config, f
 func (s *Syncer) resync(ctx context.Context, id string, cfg stockgate.Config) (WarmResult, error) {
 	var f stockgate.InFlight
 	snap, err := s.store.LockedSnapshot(ctx, id, func(ctx context.Context) ([]string, error) {
+		// Bounded well below the writers' lock wait (5 s): a stalled Redis
+		// fails this resync, not the applies and releases of the SKU.
+		ctx, cancel := context.WithTimeout(ctx, lockedReadTimeout)
+		defer cancel()
 		var err error
 		if f, err = s.gate.ReadInFlight(ctx, id); err != nil {
 			return nil, err
