@@ -112,6 +112,7 @@ func checkReportShape(t *testing.T, rep benchReport, strategies ...string) {
 // per strategy; everything sold exactly once, and the report says so.
 func TestBenchEndToEnd(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	// A count bound, not a time bound: 400 requests sell the 60 units out
 	// however slow the machine is (the time bound is only a backstop).
 	rep, out, err := runBenchCmd(t, "-strategies", "pipeline,db-conditional", "-scenario", "hot",
@@ -142,6 +143,7 @@ func TestBenchEndToEnd(t *testing.T) {
 // TestBenchOtherStrategies: the remaining strategies on many SKUs, open loop.
 func TestBenchOtherStrategies(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	rep, _, err := runBenchCmd(t, "-strategies", "db-pessimistic,db-optimistic,redis-lock", "-scenario", "many",
 		"-mode", "open", "-rate", "300", "-max-in-flight", "200", "-duration", "700ms", "-stock", "40", "-skus", "4", "-per-user-limit", "2", "-baselines=false")
 	if err != nil {
@@ -163,6 +165,7 @@ func TestBenchOtherStrategies(t *testing.T) {
 // TestBenchTarget drives an already running flashsale (pay and cancel
 // included) and checks its stores.
 func TestBenchTarget(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	rep, b, _ := benchTarget(t, h, "-baselines=false", "-scenario", "mix", "-buyers", "16", "-duration", "1s", "-stock", "80")
 	if len(rep.Results) != 1 || rep.Results[0]["strategy"] != "pipeline" || rep.Results[0]["invariants_ok"] != true {
@@ -179,6 +182,7 @@ func TestBenchTarget(t *testing.T) {
 // read what was sold from the database.
 func TestBenchPaths(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	// A count bound: every path's 150 requests are measured however slow the machine is.
 	rep, out, err := runBenchCmd(t, "-strategies", "pipeline,db-conditional", "-paths", "purchase,sold-out", "-stock", "40",
 		"-buyers", "16", "-requests", "150", "-duration", "90s", "-warmup", "0s")
@@ -247,6 +251,7 @@ func TestBenchPaths(t *testing.T) {
 // empty handler measured right before it, not with the run's baseline.
 func TestBenchEmptyEach(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	rep, _, err := runBenchCmd(t, "-strategies", "pipeline", "-paths", "purchase,sold-out", "-stock", "20", "-empty-each",
 		"-buyers", "8", "-requests", "100", "-duration", "90s", "-warmup", "0s")
 	if err != nil {
@@ -273,6 +278,7 @@ func TestBenchEmptyEach(t *testing.T) {
 // flashsale found by its port; its process is this test's.
 func TestBenchTargetPaths(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	htmlPath := filepath.Join(t.TempDir(), "r.html")
 	rep, _, _ := benchTarget(t, h, "-html", htmlPath, "-baselines=false", "-buyers", "8", "-requests", "100", "-duration", "90s")
@@ -305,6 +311,7 @@ func TestBenchTargetPaths(t *testing.T) {
 // TestBenchConnections holds keep-alive connections to a running
 // flashsale and reports its memory.
 func TestBenchConnections(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	jsonPath := filepath.Join(t.TempDir(), "m.json")
 	args := []string{"bench", "-quiet", "-json", jsonPath, "-target", h.srvURL,
@@ -337,6 +344,7 @@ func TestBenchConnections(t *testing.T) {
 }
 
 func TestBenchRefuses(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args []string
 		want string
@@ -374,6 +382,7 @@ func TestBenchRefuses(t *testing.T) {
 // TestBenchEmptyServer: `bench -empty-server` serves the empty handler
 // until its context ends (the process the bench starts with -target).
 func TestBenchEmptyServer(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
@@ -438,6 +447,7 @@ func startBenchWorker(t *testing.T, addr, token string) string {
 // the coordinator merges what they measured and checks the invariants once,
 // from the database: every order a worker saw accepted is there once.
 func TestBenchWorkers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	const token = "bench-worker-token-0123"
 	w1 := startBenchWorker(t, "127.0.0.1:0", token)
@@ -466,6 +476,7 @@ func TestBenchWorkers(t *testing.T) {
 // TestBenchTargetWrongStores: against a running flashsale, stores that are
 // not its own are refused before any load (every check would fail).
 func TestBenchTargetWrongStores(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, testConfig(t, "embedded"))
 	for _, c := range []struct {
 		name string
@@ -491,6 +502,7 @@ func TestBenchTargetWrongStores(t *testing.T) {
 // asserts nothing that depends on the machine's speed.
 func TestBenchOpening(t *testing.T) {
 	slowEndToEnd(t)
+	t.Parallel()
 	// A 2 s admission: the room's rate is avail/(conv*TTL), so the last
 	// units come out within seconds. About 27 people arrive before the
 	// opening, more than the 12 units. Proofs of 1-2 derivations: under
