@@ -183,6 +183,78 @@ func TestSoldOutFlagKeyedRetry(t *testing.T) {
 	}
 }
 
+// hangGate is a fakeGate whose key look-ups hang until their context ends
+// (3 s at most);
+// it records how far off each look-up's deadline was when it was asked.
+type hangGate struct {
+	fakeGate
+	mu     sync.Mutex
+	bounds []time.Duration // -1: no deadline
+}
+
+func (g *hangGate) Duplicate(ctx context.Context, _, _, _ string) (string, bool, error) {
+	b := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		b = time.Until(dl)
+	}
+	g.mu.Lock()
+	g.bounds = append(g.bounds, b)
+	g.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return "", false, ctx.Err()
+	case <-time.After(3 * time.Second): // not bounded: the test fails on the bound it recorded
+		return "", false, errors.New("hangGate: the look-up was not bounded")
+	}
+}
+
+func (g *hangGate) last() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.bounds) == 0 {
+		return 0
+	}
+	return g.bounds[len(g.bounds)-1]
+}
+
+// TestSoldOutKeyLookupBounded: on a SKU flagged sold out, a keyed purchase's
+// look-up of its key is bounded by the gate call's timeout when the
+// buyer's context has no deadline, by the buyer's deadline when it comes
+// sooner; a look-up that hangs to its bound sends the purchase on to the
+// gate (here: sold out), never answers it from the flag.
+func TestSoldOutKeyLookupBounded(t *testing.T) {
+	const callTimeout = 150 * time.Millisecond
+	g := &hangGate{}
+	cat := NewCatalog(fakeSKUs{{ID: "s", PerUserLimit: 5, Stock: 100, TotalStock: 100}})
+	if err := cat.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Deps{Catalog: cat, Gate: g, Relay: nopRelay{}, Log: slog.New(slog.DiscardHandler), Limits: Limits{SoldOutTTL: time.Hour}},
+		BreakerConfig{Disabled: true, CallTimeout: callTimeout})
+	if err := buy(s, "first", 1); !errors.Is(err, sale.ErrSoldOut) {
+		t.Fatalf("first purchase: %v, want sold out (sets the flag)", err)
+	}
+	calls := g.count()
+	_, err := s.Buy(context.Background(), Request{User: "a", SKU: "s", Quantity: 1, IdempotencyKey: "k1"})
+	if !errors.Is(err, sale.ErrSoldOut) {
+		t.Fatalf("keyed purchase after a hung look-up: %v, want the gate's sold out", err)
+	}
+	if b := g.last(); b <= 0 || b > callTimeout {
+		t.Fatalf("look-up bounded %v from the call, want (0, %v]", b, callTimeout)
+	}
+	if g.count() != calls+1 {
+		t.Fatalf("%d gate calls after the hung look-up, want 1", g.count()-calls)
+	}
+
+	short := callTimeout / 5
+	ctx, cancel := context.WithTimeout(context.Background(), short)
+	defer cancel()
+	_, _ = s.Buy(ctx, Request{User: "b", SKU: "s", Quantity: 1, IdempotencyKey: "k1"})
+	if b := g.last(); b <= 0 || b > short {
+		t.Fatalf("look-up with the buyer's deadline %v away bounded %v from the call, want at most that", short, b)
+	}
+}
+
 // TestSoldOutFlagQuantity: the flag remembers the units left; a purchase
 // that fits still goes to the gate.
 func TestSoldOutFlagQuantity(t *testing.T) {
