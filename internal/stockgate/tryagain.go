@@ -33,10 +33,16 @@ var tryAgainFor = time.Second
 // which never answers TRYAGAIN, does not pay.
 type tryAgainClient struct{ rueidis.Client }
 
-// IsTryAgain reports whether err is Redis Cluster's TRYAGAIN.
+// IsTryAgain reports whether err is Redis Cluster's TRYAGAIN. It is asked
+// of every gate call's outcome (the breaker's IsExcluded), nil included:
+// errors.AsType, not errors.As, whose target escaped to the heap on every
+// call.
 func IsTryAgain(err error) bool {
-	var re *rueidis.RedisError
-	return errors.As(err, &re) && re.IsTryAgain()
+	if err == nil {
+		return false
+	}
+	re, ok := errors.AsType[*rueidis.RedisError](err)
+	return ok && re.IsTryAgain()
 }
 
 func (c tryAgainClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
