@@ -191,6 +191,7 @@ type hangGate struct {
 	fakeGate
 	mu     sync.Mutex
 	bounds []time.Duration // time.Duration(math.MaxInt64): no deadline
+	errs   []error         // what each look-up returned
 }
 
 func (g *hangGate) Duplicate(ctx context.Context, _, _, _ string) (string, bool, error) {
@@ -201,12 +202,26 @@ func (g *hangGate) Duplicate(ctx context.Context, _, _, _ string) (string, bool,
 	g.mu.Lock()
 	g.bounds = append(g.bounds, b)
 	g.mu.Unlock()
+	var err error
 	select {
 	case <-ctx.Done():
-		return "", false, ctx.Err()
-	case <-time.After(3 * time.Second): // not bounded: the test fails on the bound it recorded
-		return "", false, errors.New("hangGate: the look-up was not bounded")
+		err = ctx.Err()
+	case <-time.After(3 * time.Second): // not bounded: the test fails on it
+		err = errors.New("hangGate: the look-up did not end at its bound")
 	}
+	g.mu.Lock()
+	g.errs = append(g.errs, err)
+	g.mu.Unlock()
+	return "", false, err
+}
+
+func (g *hangGate) lastErr() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.errs) == 0 {
+		return errors.New("no look-up")
+	}
+	return g.errs[len(g.errs)-1]
 }
 
 // bound says last's value for a message.
@@ -253,6 +268,9 @@ func TestSoldOutKeyLookupBounded(t *testing.T) {
 	if b := g.last(); b > callTimeout {
 		t.Fatalf("look-up bounded %s from the call, want at most %v", bound(b), callTimeout)
 	}
+	if err := g.lastErr(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the look-up ended with %v, want its deadline", err)
+	}
 	if g.count() != calls+1 {
 		t.Fatalf("%d gate calls after the hung look-up, want 1", g.count()-calls)
 	}
@@ -263,6 +281,9 @@ func TestSoldOutKeyLookupBounded(t *testing.T) {
 	_, _ = s.Buy(ctx, Request{User: "b", SKU: "s", Quantity: 1, IdempotencyKey: "k1"})
 	if b := g.last(); b > short {
 		t.Fatalf("look-up with the buyer's deadline %v away bounded %s from the call, want at most that", short, bound(b))
+	}
+	if err := g.lastErr(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the look-up with the buyer's deadline ended with %v, want that deadline", err)
 	}
 }
 
