@@ -412,6 +412,10 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 		return c, fmt.Errorf("apply-workers must be at least 1")
 	case c.MaxDeliver < 1:
 		return c, fmt.Errorf("max-deliver must be at least 1")
+	case c.RedisTimeout <= 0:
+		// Every gate call and key look-up is bounded by it: zero or less
+		// would fail each one at once.
+		return c, fmt.Errorf("redis-timeout must be positive, got %v", c.RedisTimeout)
 	case c.DrainDelay < 0:
 		return c, fmt.Errorf("drain-delay must be 0 or more")
 	case c.BreakerRatio <= 0 || c.BreakerRatio > 1:

@@ -83,6 +83,8 @@ func TestBadArgumentsSayWhy(t *testing.T) {
 		{[]string{"dlq", "list", "x"}, "dlq list takes no arguments"},
 		{[]string{"dlq", "replay", "abc"}, `SEQ must be a dead letter's sequence number (see dlq list), got "abc"`},
 		{[]string{"serve", "-log-level", "loud", "-user-token-secret", "s", "-database-url", "x"}, `log-level: "loud" is not a level: debug, info, warn or error`},
+		{[]string{"serve", "-redis-timeout", "0s", "-user-token-secret", "s", "-database-url", "x"}, "redis-timeout must be positive, got 0s"},
+		{[]string{"serve", "-redis-timeout", "-1s", "-user-token-secret", "s", "-database-url", "x"}, "redis-timeout must be positive, got -1s"},
 		{[]string{"token", "-user", "u", "-user-token-secret", "s", "-ttl", "-1h"}, "-ttl must be positive"},
 		{[]string{"token", "-user", "u", "-user-token-secret", "s", "-ttl", "0s"}, "-ttl must be positive"},
 	} {
