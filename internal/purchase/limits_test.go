@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -185,60 +184,45 @@ func TestSoldOutFlagKeyedRetry(t *testing.T) {
 }
 
 // hangGate is a fakeGate whose key look-ups hang until their context ends
-// (3 s at most);
-// it records how far off each look-up's deadline was when it was asked.
+// (3 s at most); it records each look-up's deadline, as the time left when
+// it was asked, and how it ended.
 type hangGate struct {
 	fakeGate
-	mu     sync.Mutex
-	bounds []time.Duration // time.Duration(math.MaxInt64): no deadline
-	errs   []error         // what each look-up returned
+	mu      sync.Mutex
+	lookUps []lookUp
+}
+
+type lookUp struct {
+	left     time.Duration // until the deadline, when asked
+	deadline bool          // whether it had one
+	err      error         // what it returned
 }
 
 func (g *hangGate) Duplicate(ctx context.Context, _, _, _ string) (string, bool, error) {
-	b := time.Duration(math.MaxInt64)
+	var l lookUp
 	if dl, ok := ctx.Deadline(); ok {
-		b = time.Until(dl)
+		l.left, l.deadline = time.Until(dl), true
 	}
-	g.mu.Lock()
-	g.bounds = append(g.bounds, b)
-	g.mu.Unlock()
-	var err error
 	select {
 	case <-ctx.Done():
-		err = ctx.Err()
+		l.err = ctx.Err()
 	case <-time.After(3 * time.Second): // not bounded: the test fails on it
-		err = errors.New("hangGate: the look-up did not end at its bound")
+		l.err = errors.New("hangGate: the look-up did not end at its bound")
 	}
 	g.mu.Lock()
-	g.errs = append(g.errs, err)
+	g.lookUps = append(g.lookUps, l)
 	g.mu.Unlock()
-	return "", false, err
+	return "", false, l.err
 }
 
-func (g *hangGate) lastErr() error {
+// last is the last look-up (none: no deadline, an error).
+func (g *hangGate) last() lookUp {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.errs) == 0 {
-		return errors.New("no look-up")
+	if len(g.lookUps) == 0 {
+		return lookUp{err: errors.New("no look-up")}
 	}
-	return g.errs[len(g.errs)-1]
-}
-
-// bound says last's value for a message.
-func bound(d time.Duration) string {
-	if d == math.MaxInt64 {
-		return "no deadline"
-	}
-	return d.String()
-}
-
-func (g *hangGate) last() time.Duration {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.bounds) == 0 {
-		return 0
-	}
-	return g.bounds[len(g.bounds)-1]
+	return g.lookUps[len(g.lookUps)-1]
 }
 
 // TestSoldOutKeyLookupBounded: on a SKU flagged sold out, a keyed purchase's
@@ -265,10 +249,10 @@ func TestSoldOutKeyLookupBounded(t *testing.T) {
 	}
 	// Only the upper bound is asserted: a stalled test goroutine finds
 	// less of the bound left, never more.
-	if b := g.last(); b > callTimeout {
-		t.Fatalf("look-up bounded %s from the call, want at most %v", bound(b), callTimeout)
+	if l := g.last(); !l.deadline || l.left > callTimeout {
+		t.Fatalf("look-up bounded %v from the call (deadline %v), want at most %v", l.left, l.deadline, callTimeout)
 	}
-	if err := g.lastErr(); !errors.Is(err, context.DeadlineExceeded) {
+	if err := g.last().err; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the look-up ended with %v, want its deadline", err)
 	}
 	if g.count() != calls+1 {
@@ -279,10 +263,10 @@ func TestSoldOutKeyLookupBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), short)
 	defer cancel()
 	_, _ = s.Buy(ctx, Request{User: "b", SKU: "s", Quantity: 1, IdempotencyKey: "k1"})
-	if b := g.last(); b > short {
-		t.Fatalf("look-up with the buyer's deadline %v away bounded %s from the call, want at most that", short, bound(b))
+	if l := g.last(); !l.deadline || l.left > short {
+		t.Fatalf("look-up with the buyer's deadline %v away bounded %v from the call (deadline %v), want at most that", short, l.left, l.deadline)
 	}
-	if err := g.lastErr(); !errors.Is(err, context.DeadlineExceeded) {
+	if err := g.last().err; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the look-up with the buyer's deadline ended with %v, want that deadline", err)
 	}
 }

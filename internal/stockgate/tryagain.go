@@ -38,9 +38,6 @@ type tryAgainClient struct{ rueidis.Client }
 // errors.AsType, not errors.As, whose target escaped to the heap on every
 // call.
 func IsTryAgain(err error) bool {
-	if err == nil {
-		return false
-	}
 	re, ok := errors.AsType[*rueidis.RedisError](err)
 	return ok && re.IsTryAgain()
 }
