@@ -46,7 +46,7 @@ func (q *Queue) EnsureEventStream(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	_, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	_, err = q.createStream(ctx, jetstream.StreamConfig{
 		Name:       EventStream,
 		Subjects:   []string{EventSubjectPrefix + "*"},
 		Storage:    jetstream.FileStorage,

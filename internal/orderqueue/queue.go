@@ -87,7 +87,7 @@ func (c Config) withDefaults() Config {
 // the configured one, or the stream's own if it has more (an operator
 // raised it; lowering it would take away the redundancy they chose).
 func (q *Queue) replicas(ctx context.Context, name string, want int) (int, error) {
-	st, err := q.js.Stream(ctx, name)
+	st, err := answered(ctx, func(ctx context.Context) (jetstream.Stream, error) { return q.js.Stream(ctx, name) })
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return want, nil
 	}
@@ -148,7 +148,7 @@ func (q *Queue) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	st, err := q.createStream(ctx, jetstream.StreamConfig{
 		Name:      StreamName,
 		Subjects:  []string{SubjectPrefix + "*"},
 		Storage:   jetstream.FileStorage,
@@ -162,7 +162,7 @@ func (q *Queue) create(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("orderqueue: stream: %w", err)
 	}
-	dlq, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	dlq, err := q.createStream(ctx, jetstream.StreamConfig{
 		Name:       DeadLetterStream,
 		Subjects:   []string{DeadLetterPrefix + "*"},
 		Storage:    jetstream.FileStorage,
@@ -194,6 +194,34 @@ func (q *Queue) create(ctx context.Context) error {
 	return nil
 }
 
+// apiAttempt bounds one JetStream API request of the set-up. A clustered
+// broker can leave a request unanswered (its meta or stream leader
+// changing while several instances create the same streams at start: CI
+// saw an instance wait out its whole 60 s start-up for the dead-letter
+// stream's creation); the client would wait for the caller's deadline.
+// Creating or updating a stream or consumer, or reading one, can be asked
+// again: an unanswered attempt is sent again while the caller's context
+// lasts.
+var apiAttempt = 10 * time.Second
+
+// answered runs f with a context of at most apiAttempt, again each time an
+// attempt ends unanswered (its own deadline passed, not the caller's).
+func answered[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, apiAttempt)
+		v, err := f(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return v, err
+		}
+	}
+}
+
+// createStream creates or updates a stream (see answered).
+func (q *Queue) createStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	return answered(ctx, func(ctx context.Context) (jetstream.Stream, error) { return q.js.CreateOrUpdateStream(ctx, cfg) })
+}
+
 // deleteRetired deletes the retired payment-timer consumer if an older
 // version left it on the stream (its ack floor would stop retention).
 func deleteRetired(ctx context.Context, st jetstream.Stream) error {
@@ -215,7 +243,7 @@ const errConsumerReplicasExceedStream jetstream.ErrorCode = 10126
 func createConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		c, err := st.CreateOrUpdateConsumer(ctx, cfg)
+		c, err := answered(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return st.CreateOrUpdateConsumer(ctx, cfg) })
 		var apiErr *jetstream.APIError
 		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errConsumerReplicasExceedStream || time.Now().After(deadline) {
 			return c, err
