@@ -17,8 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flashsale/flashsale/internal/failpoint"
 	"github.com/flashsale/flashsale/internal/invariant"
+	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -151,11 +155,23 @@ func procClient(t *testing.T, url string) *harness {
 
 // TestKillBetweenGateAndStream: the service is killed (SIGKILL) after the
 // gate accepted reservations but before they reached the stream. After a
-// restart every accepted reservation becomes exactly one order.
+// restart every accepted reservation becomes exactly one order, whether
+// the stream carries one reservation per message or several (order-schema
+// 2: the restarted instance's sweeper sends the 50 it finds together).
 func TestKillBetweenGateAndStream(t *testing.T) {
 	slowEndToEnd(t)
 	t.Parallel()
+	for _, schema := range []string{"1", "2"} {
+		t.Run("schema"+schema, func(t *testing.T) {
+			t.Parallel()
+			killBetweenGateAndStream(t, schema)
+		})
+	}
+}
+
+func killBetweenGateAndStream(t *testing.T, schema string) {
 	env := procEnv(t)
+	env["FLASHSALE_ORDER_SCHEMA"] = schema
 	env["FLASHSALE_FAILPOINTS"] = failpoint.AfterGateBeforeRelay + "=hang"
 	p := startProc(t, env)
 	h := procClient(t, p.url)
@@ -204,6 +220,26 @@ func TestKillBetweenGateAndStream(t *testing.T) {
 	if rep.LiveOrders != 50 || rep.DBStock != 0 {
 		t.Fatalf("after restart: %+v", rep)
 	}
+	t.Logf("schema %s: %d messages on the stream for 50 reservations", schema, streamMessages(t, env["FLASHSALE_NATS_URL"]))
+}
+
+// streamMessages returns how many messages the order stream at natsURL holds.
+func streamMessages(t *testing.T, natsURL string) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(context.Background(), orderqueue.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().State.Msgs
 }
 
 // TestKillAfterCommitBeforeAck: the consumer dies after its transaction

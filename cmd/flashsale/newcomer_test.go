@@ -85,6 +85,7 @@ func TestBadArgumentsSayWhy(t *testing.T) {
 		{[]string{"serve", "-log-level", "loud", "-user-token-secret", "s", "-database-url", "x"}, `log-level: "loud" is not a level: debug, info, warn or error`},
 		{[]string{"serve", "-redis-timeout", "0s", "-user-token-secret", "s", "-database-url", "x"}, "redis-timeout must be positive, got 0s"},
 		{[]string{"serve", "-redis-timeout", "-1s", "-user-token-secret", "s", "-database-url", "x"}, "redis-timeout must be positive, got -1s"},
+		{[]string{"serve", "-order-schema", "3", "-user-token-secret", "s", "-database-url", "x"}, "order-schema must be 1 or 2, got 3"},
 		{[]string{"token", "-user", "u", "-user-token-secret", "s", "-ttl", "-1h"}, "-ttl must be positive"},
 		{[]string{"token", "-user", "u", "-user-token-secret", "s", "-ttl", "0s"}, "-ttl must be positive"},
 	} {

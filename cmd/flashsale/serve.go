@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -343,6 +344,9 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.cancel = wcancel
 	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
 	a.goRun(func() { a.relay.Run(wctx) })
+	if cfg.OrderSchema == orderqueue.SchemaBatch {
+		a.goRun(func() { publishSchema(wctx, a.queue, a.fleet, 2*time.Second, log) })
+	}
 	a.goRun(func() { a.queue.RunEnsure(wctx, time.Second, log) })
 	a.goRun(func() { a.queue.RunRetention(wctx, retentionEvery(cfg.StreamRetention), log) })
 	republisher := relay.NewRepublisher(a.gate, a.queue, a.queue, log, relay.RepublishConfig{After: cfg.RepublishAfter})
@@ -385,7 +389,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() {
 		a.fleet.Run(wctx, 5*time.Second, func() fleet.Instance {
 			in := fleet.Instance{ID: a.id, Version: bi.Version, Commit: bi.Commit, Group: cfg.ReleaseGroup, StartedAt: started,
-				Features: []string{fleet.FeatureCrowd}}
+				Features: []string{fleet.FeatureCrowd, fleet.FeatureSchema2}}
 			if a.shadow != nil {
 				st := a.shadow.Stats()
 				in.Shadow = &fleet.ShadowCounts{SKUs: skus, Match: st.Match, Mismatch: st.Mismatch, Dropped: st.Dropped, Same: st.Same}
@@ -652,6 +656,41 @@ func (a *app) sampleHistory(ctx context.Context, now time.Time) {
 			if st, err := a.room.Stats(ctx, id); err == nil {
 				_ = a.tally.Sample(ctx, id, salehistory.FieldQueue, st.Waiting, now)
 			}
+		}
+	}
+}
+
+// publishSchema lets the queue publish schema version 2 (several
+// reservations per message) while every instance the fleet registry lists
+// reports reading it, and version 1 otherwise, checking every period until
+// ctx ends. An instance of a release that reads only version 1 and beats
+// in the registry turns it off within a period of its first beat; releases
+// that do not beat at all are the operator's to rule out before setting
+// order-schema to 2 (docs/releasing.md).
+func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, every)
+		in, err := reg.Instances(cctx, time.Now())
+		cancel()
+		want := 1
+		var lacking []string
+		// An empty list is no answer: this instance's own beat is not in
+		// yet (it is listed once it beats).
+		if err == nil && len(in) > 0 {
+			if lacking = fleet.Lacking(in, fleet.FeatureSchema2); len(lacking) == 0 {
+				want = orderqueue.SchemaBatch
+			}
+		}
+		if have := q.PublishSchema(); have != want {
+			q.SetPublishSchema(want)
+			log.Info("order stream: publishing schema version "+strconv.Itoa(want), "instances", len(in), "lacking", lacking, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

@@ -50,10 +50,10 @@ package apply
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -75,9 +75,11 @@ type Store interface {
 	Ping(ctx context.Context) error
 }
 
-// DeadLetters keeps messages the consumer gives up on.
+// DeadLetters keeps reservations the consumer gives up on.
 type DeadLetters interface {
-	DeadLetter(ctx context.Context, m jetstream.Msg, orderID, sku, reason string) error
+	// DeadLetterPart copies one reservation m carries (data: its payload,
+	// of schema version schema; "" is 1) to the dead letters.
+	DeadLetterPart(ctx context.Context, m jetstream.Msg, data []byte, schema, orderID, sku, reason string) error
 }
 
 // Closer closes reservations in the gate once the database decided them.
@@ -87,7 +89,8 @@ type Closer interface {
 
 // Config tunes the consumer. Zero values take the defaults.
 type Config struct {
-	// Batch is the most messages applied in one transaction (default 256).
+	// Batch is the most reservations applied in one transaction (default
+	// 256; a message is never split, so one of schema 2 may exceed it).
 	Batch int
 	// MaxWait is how long a partial batch waits for more messages (default 5ms).
 	MaxWait time.Duration
@@ -121,18 +124,25 @@ type Config struct {
 	UnknownDelay time.Duration
 }
 
-// Decoder turns a message payload of one schema version into a reservation.
-type Decoder func(data []byte) (sale.Reservation, error)
+// Decoder turns a message payload of one schema version into the
+// reservations it carries (orderqueue.Part: each with its own version 1
+// payload, and its decoding or validation error). An error means the
+// payload as a whole cannot be read: the message is dead-lettered whole.
+type Decoder func(data []byte) ([]orderqueue.Part, error)
 
-// DecodeV1 decodes schema version 1: a JSON sale.Reservation.
-func DecodeV1(data []byte) (sale.Reservation, error) {
-	var r sale.Reservation
-	err := json.Unmarshal(data, &r)
-	return r, err
+// DecodeV1 decodes schema version 1: one JSON sale.Reservation.
+func DecodeV1(data []byte) ([]orderqueue.Part, error) {
+	return []orderqueue.Part{orderqueue.DecodeV1(data)}, nil
 }
 
-// DefaultSchemas returns the versions this release reads: 1.
-func DefaultSchemas() map[int]Decoder { return map[int]Decoder{1: DecodeV1} }
+// DecodeV2 decodes schema version 2: several reservations of one SKU
+// (orderqueue.SchemaBatch).
+func DecodeV2(data []byte) ([]orderqueue.Part, error) { return orderqueue.DecodeBatch(data) }
+
+// DefaultSchemas returns the versions this release reads: 1 and 2.
+func DefaultSchemas() map[int]Decoder {
+	return map[int]Decoder{1: DecodeV1, orderqueue.SchemaBatch: DecodeV2}
+}
 
 func (c Config) withDefaults() Config {
 	if c.Batch == 0 {
@@ -273,9 +283,11 @@ func (c *Consumer) drain(ctx context.Context, it jetstream.MessagesContext) {
 			sleep(ctx, 100*time.Millisecond)
 			continue
 		}
+		// Batch counts reservations: a version 2 message carries several.
 		batch = append(batch[:0], m)
+		units := carried(m)
 		deadline := time.Now().Add(c.cfg.MaxWait)
-		for len(batch) < c.cfg.Batch {
+		for units < c.cfg.Batch {
 			wait := time.Until(deadline)
 			if wait <= 0 {
 				break
@@ -285,6 +297,7 @@ func (c *Consumer) drain(ctx context.Context, it jetstream.MessagesContext) {
 				break
 			}
 			batch = append(batch, m)
+			units += carried(m)
 		}
 		if ctx.Err() != nil {
 			c.handBack(it, batch)
@@ -314,49 +327,210 @@ func (c *Consumer) handBack(it jetstream.MessagesContext, msgs []jetstream.Msg) 
 	}
 }
 
-// Handle applies one batch of messages and acknowledges, naks or
-// dead-letters each according to the retry contract.
-func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
-	rs := make([]sale.Reservation, 0, len(msgs))
-	good := make([]jetstream.Msg, 0, len(msgs))
-	for _, m := range msgs {
-		decode, ok := c.decoder(m)
-		if !ok {
-			c.unknownVersion(m)
-			continue
-		}
-		r, err := decode(m.Data())
-		if err == nil {
-			err = r.Validate()
-		}
-		if err != nil {
-			c.log.Error("consumer: malformed message", "subject", m.Subject(), "err", err)
-			c.deadLetter(ctx, m, r, "malformed: "+err.Error())
-			continue
-		}
-		rs = append(rs, r)
-		good = append(good, m)
+// carried returns how many reservations m says it carries
+// (orderqueue.HeaderCount; 1 without it).
+func carried(m jetstream.Msg) int {
+	n, err := strconv.Atoi(m.Headers().Get(orderqueue.HeaderCount))
+	if err != nil || n < 1 {
+		return 1
 	}
-	if len(rs) == 0 {
+	return min(n, orderqueue.MaxBatch)
+}
+
+// batch is one Handle's work: the messages whose reservations it applies,
+// the reservations, and what became of each.
+type batch struct {
+	msgs []jetstream.Msg
+	ms   []msgState // by message
+	rs   []sale.Reservation
+	of   []int            // rs[i] came from msgs[of[i]]
+	data [][]byte         // rs[i]'s own payload, for a dead letter of it alone
+	tr   []tracing.Getter // rs[i]'s purchase's trace context
+	out  []unitOutcome    // by reservation
+}
+
+// msgState is what became of one message's reservations.
+type msgState struct {
+	schema string // the message's SchemaHeader
+	units  int    // reservations it carries
+	dead   int    // of them dead-lettered
+	open   bool   // one waits for a redelivery: nak
+	long   bool   // a dead letter could not be written: nak with the longest delay
+	reason string // the last dead letter's reason (a message all dead-lettered is terminated with it)
+}
+
+// unitOutcome is what became of one reservation: decided (committed and
+// closed in the gate) or failed with err.
+type unitOutcome struct {
+	done          bool
+	err           error
+	deterministic bool
+}
+
+// Handle applies one batch of messages and acknowledges, naks or
+// dead-letters each according to the retry contract. A message carrying
+// several reservations (schema version 2) is acked once every one of them
+// is decided: applied, refused by the database, or dead-lettered alone; if
+// any waits for a retry, the whole message is nak'ed and its redelivery
+// finds the others' idempotency rows.
+func (c *Consumer) Handle(ctx context.Context, msgs []jetstream.Msg) {
+	b := &batch{}
+	for _, m := range msgs {
+		c.open(ctx, b, m)
+	}
+	if len(b.rs) > 0 {
+		stop := c.keepAlive(b.msgs)
+		c.applyAll(ctx, b)
+		stop() // before the acks and naks of settle
+	}
+	c.settle(ctx, b)
+}
+
+// open decodes m into b. A message of an unknown version is left for
+// another instance; one that cannot be read at all, and each reservation
+// in it that cannot, is dead-lettered at once.
+func (c *Consumer) open(ctx context.Context, b *batch, m jetstream.Msg) {
+	decode, ok := c.decoder(m)
+	if !ok {
+		c.unknownVersion(m)
 		return
 	}
-	err := c.applyHeld(ctx, rs, good)
+	k := len(b.msgs)
+	b.msgs = append(b.msgs, m)
+	b.ms = append(b.ms, msgState{schema: m.Headers().Get(orderqueue.SchemaHeader)})
+	parts, err := decode(m.Data())
+	if err != nil {
+		c.log.Error("consumer: malformed message", "subject", m.Subject(), "err", err)
+		b.ms[k].units = 1
+		c.deadLetter(ctx, b, k, m.Data(), b.ms[k].schema, sale.Reservation{}, "malformed: "+err.Error())
+		return
+	}
+	b.ms[k].units = len(parts)
+	for _, p := range parts {
+		if p.Err != nil {
+			c.log.Error("consumer: malformed message", "subject", m.Subject(), "err", p.Err)
+			c.deadLetter(ctx, b, k, p.Data, partSchema(b.ms[k].schema, len(parts)), p.Reservation, "malformed: "+p.Err.Error())
+			continue
+		}
+		b.rs = append(b.rs, p.Reservation)
+		b.of = append(b.of, k)
+		b.data = append(b.data, p.Data)
+		if p.Trace != nil {
+			b.tr = append(b.tr, p.Trace)
+		} else {
+			b.tr = append(b.tr, m.Headers())
+		}
+	}
+}
+
+// partSchema is the schema version a dead letter of one of a message's n
+// reservations is written under: the message's own when it is alone in it
+// (kept as it came), else 1 (each is a version 1 payload).
+func partSchema(msgSchema string, n int) string {
+	if n == 1 {
+		return msgSchema
+	}
+	return "1"
+}
+
+// applyAll applies b's reservations in one transaction if it can, and
+// records each one's outcome.
+func (c *Consumer) applyAll(ctx context.Context, b *batch) {
+	b.out = make([]unitOutcome, len(b.rs))
+	closeErrs, err := c.applyHeld(ctx, b.rs, b.tr, len(b.msgs))
 	if err == nil {
+		b.closed(0, closeErrs)
 		return
 	}
 	if c.transient(ctx, err) {
-		c.retry(ctx, good, rs, err, false)
-		return
-	}
-	if len(rs) == 1 {
-		c.retry(ctx, good, rs, err, true)
-		return
-	}
-	// Not the database's fault: find the message(s) that fail by applying each alone.
-	for i := range rs {
-		if err := c.applyHeld(ctx, rs[i:i+1], good[i:i+1]); err != nil {
-			c.retry(ctx, good[i:i+1], rs[i:i+1], err, !c.transient(ctx, err))
+		for i := range b.out {
+			b.out[i] = unitOutcome{err: err}
 		}
+		return
+	}
+	if len(b.rs) == 1 {
+		b.out[0] = unitOutcome{err: err, deterministic: true}
+		return
+	}
+	// Not the database's fault: find the reservation(s) that fail by
+	// applying each alone.
+	for i := range b.rs {
+		closeErrs, err := c.applyHeld(ctx, b.rs[i:i+1], b.tr[i:i+1], 1)
+		if err != nil {
+			b.out[i] = unitOutcome{err: err, deterministic: !c.transient(ctx, err)}
+			continue
+		}
+		b.closed(i, closeErrs)
+	}
+}
+
+// closed records the reservations from..from+len(errs) as committed: decided
+// unless the gate failed to close one (Redis being down is not the
+// reservation's fault: retried, never dead-lettered; the redelivery is a
+// duplicate in the database and closes it then).
+func (b *batch) closed(from int, errs []error) {
+	for j, err := range errs {
+		b.out[from+j] = unitOutcome{done: err == nil, err: err}
+	}
+}
+
+// settle decides each message of b: an ack when all its reservations are
+// decided, a nak with a delay growing with its deliveries when one waits
+// for a retry, and the dead letter of a reservation at its MaxDeliver-th
+// deterministic failure.
+func (c *Consumer) settle(ctx context.Context, b *batch) {
+	var retried int
+	var cause error
+	var deterministic bool
+	for i, o := range b.out {
+		k := b.of[i]
+		switch {
+		case o.done:
+			c.settled(b.rs[i].OrderID)
+		case o.deterministic && ctx.Err() == nil:
+			deterministic, cause = true, o.err
+			if f := c.failed(b.rs[i].OrderID); f >= c.cfg.MaxDeliver {
+				c.deadLetter(ctx, b, k, b.data[i], partSchema(b.ms[k].schema, b.ms[k].units), b.rs[i], fmt.Sprintf("apply failed %d times: %v", f, o.err))
+				continue
+			}
+			b.ms[k].open = true
+		default:
+			cause = o.err
+			b.ms[k].open = true
+		}
+	}
+	for k, m := range b.msgs {
+		st := b.ms[k]
+		switch {
+		case (st.open || st.long) && ctx.Err() != nil:
+			// Stopping: the batch is handed back now (see handBack),
+			// not after a backoff that is about this instance's trouble.
+			if err := m.Nak(); err != nil {
+				c.log.Warn("consumer: nak", "err", err)
+			}
+		case st.long:
+			_ = m.NakWithDelay(c.cfg.Backoff[len(c.cfg.Backoff)-1])
+		case st.open:
+			retried++
+			n := 1
+			if md, err := m.Metadata(); err == nil {
+				n = int(md.NumDelivered)
+			}
+			if err := m.NakWithDelay(c.cfg.Backoff[min(n, len(c.cfg.Backoff))-1]); err != nil {
+				c.log.Warn("consumer: nak", "err", err)
+			}
+		case st.dead == st.units:
+			if err := m.TermWithReason(truncate(st.reason, 200)); err != nil {
+				c.log.Warn("consumer: term", "err", err)
+			}
+		default:
+			if err := m.Ack(); err != nil {
+				c.log.Warn("consumer: ack", "subject", m.Subject(), "err", err)
+			}
+		}
+	}
+	if retried > 0 {
+		c.log.Warn("consumer: will retry", "messages", retried, "deterministic", deterministic, "err", cause)
 	}
 }
 
@@ -399,7 +573,7 @@ var holdBackoff = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond
 // in-progress acks, and tries again after holdBackoff, until the apply
 // succeeds, fails otherwise (returned) or ctx is done (the last error
 // returned). Nothing is nak'ed or counted for an outage.
-func (c *Consumer) applyHeld(ctx context.Context, rs []sale.Reservation, msgs []jetstream.Msg) error {
+func (c *Consumer) applyHeld(ctx context.Context, rs []sale.Reservation, tr []tracing.Getter, msgs int) ([]error, error) {
 	held := false
 	defer func() {
 		if held {
@@ -407,31 +581,24 @@ func (c *Consumer) applyHeld(ctx context.Context, rs []sale.Reservation, msgs []
 		}
 	}()
 	for try := 0; ; try++ {
-		err := c.apply(ctx, rs, msgs)
+		closeErrs, err := c.apply(ctx, rs, tr)
 		reason, out := orderstore.Outage(err)
 		if !out || ctx.Err() != nil {
 			if held && err == nil {
-				c.log.Info("consumer: the database takes writes again; held batch applied", "messages", len(msgs), "tries", try+1)
+				c.log.Info("consumer: the database takes writes again; held batch applied", "messages", msgs, "tries", try+1)
 			}
-			return err
+			return closeErrs, err
 		}
 		if !held {
 			held = true
 			c.hold(reason)
-			c.log.Warn("consumer: database outage; holding the batch until it takes writes", "messages", len(msgs), "reason", reason, "err", err)
+			c.log.Warn("consumer: database outage; holding the batch until it takes writes", "messages", msgs, "reason", reason, "err", err)
 		} else {
 			c.setReason(reason)
 		}
-		c.pause(ctx, msgs, holdBackoff[min(try, len(holdBackoff)-1)])
+		// Handle keeps the messages alive meanwhile.
+		sleep(ctx, holdBackoff[min(try, len(holdBackoff)-1)])
 	}
-}
-
-// pause waits d (or until ctx is done) keeping msgs alive.
-func (c *Consumer) pause(ctx context.Context, msgs []jetstream.Msg, d time.Duration) {
-	inProgress(msgs)
-	stop := c.keepAlive(msgs)
-	defer stop()
-	sleep(ctx, d)
 }
 
 func (c *Consumer) hold(reason string) {
@@ -516,9 +683,10 @@ func (c *Consumer) transient(ctx context.Context, err error) bool {
 	return c.store.Ping(pctx) != nil
 }
 
-// apply runs one transaction for rs, closes the reservations in the gate and
-// acks. An error means nothing was acked; the caller decides the retry.
-func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jetstream.Msg) (err error) {
+// apply runs one transaction for rs and closes the reservations in the
+// gate. An error means nothing was committed; otherwise closeErrs holds, by
+// reservation, the gate's failure to close it (nil: closed).
+func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, tr []tracing.Getter) (closeErrs []error, err error) {
 	start := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
@@ -530,21 +698,19 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 	if span.IsRecording() {
 		// A batch serves many purchases: it starts its own trace and links
 		// each purchase's (the span limits keep the first 128 links).
-		for _, m := range msgs {
-			if l, ok := tracing.LinkFrom(m.Headers()); ok {
+		for _, h := range tr {
+			if l, ok := tracing.LinkFrom(h); ok {
 				span.AddLink(l)
 			}
 		}
 		span.SetAttributes(attribute.Int("messaging.batch.message_count", len(rs)))
 	}
 
-	stop := c.keepAlive(msgs)
-	defer stop()
 	failpoint.Inject(failpoint.ConsumerBeforeCommit)
 	outs, err := c.store.ApplyBatch(bctx, rs)
 	if err != nil {
 		c.observe(len(rs), 0, 0, 0, start, err)
-		return err
+		return nil, err
 	}
 	failpoint.Inject(failpoint.ConsumerAfterCommitBeforeAck)
 
@@ -578,20 +744,11 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 		})
 	}
 	wg.Wait()
-	stop() // before the acks and naks below
+	closeErrs = make([]error, len(rs))
 	var ferr error
-	for i, m := range msgs {
+	for i := range rs {
 		if err, bad := failed[stockgate.BucketOf(rs[i])]; bad {
-			// Committed, but Redis not yet closed: the redelivery is a
-			// duplicate in the database and closes it then. Redis being
-			// down is not the message's fault: never dead-letter for it.
-			c.retry(ctx, msgs[i:i+1], rs[i:i+1], err, false)
-			ferr = err
-			continue
-		}
-		c.settled(rs[i].OrderID)
-		if err := m.Ack(); err != nil {
-			c.log.WarnContext(bctx, "consumer: ack", "order_id", rs[i].OrderID, "err", err)
+			closeErrs[i], ferr = err, err
 		}
 	}
 	c.observe(len(rs), applied, refused, dups, start, ferr)
@@ -601,41 +758,10 @@ func (c *Consumer) apply(ctx context.Context, rs []sale.Reservation, msgs []jets
 		tracing.Fail(span, ferr)
 	}
 	if c.log.Enabled(bctx, slog.LevelDebug) {
-		c.log.DebugContext(bctx, "consumer: batch applied", "messages", len(rs), "applied", applied,
+		c.log.DebugContext(bctx, "consumer: batch applied", "reservations", len(rs), "applied", applied,
 			"refused", refused, "duplicates", dups, "elapsed", time.Since(start))
 	}
-	return nil
-}
-
-// retry naks msgs with a delay growing with their delivery count. A
-// deterministic failure (the message's own, not the database's) is counted;
-// at the MaxDeliver-th the message moves to the dead letters instead.
-func (c *Consumer) retry(ctx context.Context, msgs []jetstream.Msg, rs []sale.Reservation, cause error, deterministic bool) {
-	for i, m := range msgs {
-		if ctx.Err() != nil {
-			// Stopping: the batch is handed back now (see handBack),
-			// not after a backoff that is about this instance's trouble.
-			if err := m.Nak(); err != nil {
-				c.log.Warn("consumer: nak", "err", err)
-			}
-			continue
-		}
-		n := 1
-		if md, err := m.Metadata(); err == nil {
-			n = int(md.NumDelivered)
-		}
-		if deterministic {
-			if f := c.failed(rs[i].OrderID); f >= c.cfg.MaxDeliver {
-				c.deadLetter(ctx, m, rs[i], fmt.Sprintf("apply failed %d times: %v", f, cause))
-				continue
-			}
-		}
-		d := c.cfg.Backoff[min(n, len(c.cfg.Backoff))-1]
-		if err := m.NakWithDelay(d); err != nil {
-			c.log.Warn("consumer: nak", "err", err)
-		}
-	}
-	c.log.Warn("consumer: will retry", "messages", len(msgs), "deterministic", deterministic, "err", cause)
+	return closeErrs, nil
 }
 
 // failed counts one more deterministic failure of the order and returns the count.
@@ -664,18 +790,18 @@ func (c *Consumer) settled(orderID string) {
 	c.mu.Unlock()
 }
 
-// deadLetter copies m to the dead letters, then terminates it. If the copy
-// fails, m is nak'ed and tried again later.
-func (c *Consumer) deadLetter(ctx context.Context, m jetstream.Msg, r sale.Reservation, reason string) {
-	if err := c.dead.DeadLetter(ctx, m, r.OrderID, r.SKU, reason); err != nil {
+// deadLetter copies one reservation of b.msgs[k] (data, of version
+// schema; r as far as it was decoded) to the dead letters. If the copy
+// fails, the message is nak'ed and tried again later.
+func (c *Consumer) deadLetter(ctx context.Context, b *batch, k int, data []byte, schema string, r sale.Reservation, reason string) {
+	if err := c.dead.DeadLetterPart(ctx, b.msgs[k], data, schema, r.OrderID, r.SKU, reason); err != nil {
 		c.log.Error("consumer: dead-letter failed; will retry", "order_id", r.OrderID, "err", err)
-		_ = m.NakWithDelay(c.cfg.Backoff[len(c.cfg.Backoff)-1])
+		b.ms[k].long = true
 		return
 	}
 	c.settled(r.OrderID)
-	if err := m.TermWithReason(truncate(reason, 200)); err != nil {
-		c.log.Warn("consumer: term", "order_id", r.OrderID, "err", err)
-	}
+	b.ms[k].dead++
+	b.ms[k].reason = reason
 	c.log.Error("consumer: dead-lettered", "order_id", r.OrderID, "sku_id", r.SKU, "reason", reason)
 	if c.obs != nil {
 		c.obs.DeadLettered()

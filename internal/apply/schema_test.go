@@ -3,8 +3,11 @@ package apply_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,4 +158,111 @@ func counterValue(t *testing.T, m *metrics.Metrics, name string) float64 {
 	}
 	t.Fatalf("no counter %s", name)
 	return 0
+}
+
+// poisonStore is countingStore that fails, deterministically, every batch
+// holding the order poison.
+type poisonStore struct {
+	countingStore
+	poison string
+}
+
+func (s *poisonStore) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]orderstore.Outcome, error) {
+	for _, r := range rs {
+		if r.OrderID == s.poison {
+			return nil, errors.New("poison")
+		}
+	}
+	return s.countingStore.ApplyBatch(ctx, rs)
+}
+
+// TestSchema2MessageDecidedPerReservation: on a real JetStream, a schema 2
+// message carrying five reservations, one of which does not validate and
+// one of which the database always refuses, has its three others applied,
+// each bad one dead-lettered alone (as a version 1 dead letter holding its
+// own payload, so that a replay or discard reads it as every release
+// does: the poisoned one at its MaxDeliver-th failure, the invalid one at
+// once), and is then acked: nothing waits on the stream.
+func TestSchema2MessageDecidedPerReservation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, err := nats.Connect(testenv.NATS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	q, err := orderqueue.Open(ctx, nc, orderqueue.Config{AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetPublishSchema(orderqueue.SchemaBatch)
+	res := func(n int) sale.Reservation {
+		return sale.Reservation{OrderID: fmt.Sprintf("01890000-0000-7000-8000-%012d", n), SKU: "s", User: fmt.Sprintf("u%d", n), Quantity: 1, AcceptedAt: 1}
+	}
+	good := []sale.Reservation{res(1), res(2), res(4)}
+	poison := res(3)
+	var msgs []orderqueue.Message
+	for _, r := range []sale.Reservation{good[0], good[1], poison, good[2]} {
+		b, _ := json.Marshal(r)
+		msgs = append(msgs, orderqueue.Message{ID: r.OrderID, SKU: r.SKU, Data: b})
+	}
+	invalid := []byte(`{"order_id":"01890000-0000-7000-8000-000000000009","sku_id":"s"}`) // no user, no quantity
+	msgs = append(msgs, orderqueue.Message{ID: "invalid", SKU: "s", Data: invalid})
+	for i, err := range q.Publish(ctx, msgs) {
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	if si, err := q.JetStream().Stream(ctx, orderqueue.StreamName); err != nil || si.CachedInfo().State.Msgs != 1 {
+		t.Fatalf("stream: %v, want one message", err)
+	}
+
+	st := &poisonStore{countingStore: countingStore{applied: map[string]int{}}, poison: poison.OrderID}
+	met := metrics.New()
+	c := apply.New(st, gate{}, q, slog.New(slog.NewTextHandler(io.Discard, nil)), met,
+		apply.Config{MaxDeliver: 2, Backoff: []time.Duration{10 * time.Millisecond}, AckWait: time.Second})
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(rctx, q.Consumer())
+	}()
+	defer func() { rcancel(); <-done }()
+
+	until(t, "the message acked", func() bool {
+		ci, err := q.Consumer().Info(ctx)
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.AckFloor.Stream == 1
+	})
+	for _, r := range good {
+		if n := st.count(r.OrderID); n < 1 {
+			t.Errorf("%s applied %d times, want at least once (a redelivery is a duplicate in the database)", r.OrderID, n)
+		}
+	}
+	if n := st.count(poison.OrderID); n != 0 {
+		t.Errorf("the poisoned order applied %d times", n)
+	}
+	dls, err := q.DeadLetters(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 2 {
+		t.Fatalf("%d dead letters, want 2: %+v", len(dls), dls)
+	}
+	byID := map[string]orderqueue.DeadLetter{}
+	for _, d := range dls {
+		byID[d.OrderID] = d
+		if d.Schema != "1" || d.SKU != "s" || d.StreamSeq != 1 {
+			t.Errorf("dead letter %s: schema %q, sku %q, stream seq %d; want 1, s, 1", d.OrderID, d.Schema, d.SKU, d.StreamSeq)
+		}
+	}
+	if d, ok := byID["01890000-0000-7000-8000-000000000009"]; !ok || string(d.Data) != string(invalid) || !strings.HasPrefix(d.Reason, "malformed") {
+		t.Errorf("the invalid reservation's dead letter = %+v", d)
+	}
+	d, ok := byID[poison.OrderID]
+	if !ok || !strings.HasPrefix(d.Reason, "apply failed 2 times") {
+		t.Fatalf("the poisoned reservation's dead letter = %+v", d)
+	}
+	if r, err := d.Reservation(); err != nil || r != poison {
+		t.Errorf("the poisoned dead letter reads as %+v, %v; want %+v", r, err, poison)
+	}
 }

@@ -15,8 +15,8 @@ import (
 type stateCollector struct{ l *Live }
 
 var (
-	descQueuePending = prometheus.NewDesc("flashsale_queue_pending_messages", "Reservations in the stream not yet delivered to the consumer.", nil, nil)
-	descAckPending   = prometheus.NewDesc("flashsale_queue_ack_pending_messages", "Reservations delivered to the consumer and not yet acknowledged.", nil, nil)
+	descQueuePending = prometheus.NewDesc("flashsale_queue_pending_messages", "Messages of the order stream not yet delivered to the consumer (a reservation each; several with order-schema 2).", nil, nil)
+	descAckPending   = prometheus.NewDesc("flashsale_queue_ack_pending_messages", "Messages of the order stream delivered to the consumer and not yet acknowledged (a reservation each; several with order-schema 2).", nil, nil)
 	descDeadLetters  = prometheus.NewDesc("flashsale_dead_letters_pending", "Reservations waiting in the dead-letter stream for an operator.", nil, nil)
 	descOutbox       = prometheus.NewDesc("flashsale_outbox_entries", "Reservations in the Redis outbox not yet acknowledged by the stream, per SKU.", []string{"sku_id"}, nil)
 	descStock        = prometheus.NewDesc("flashsale_stock_units", "Stock per SKU: store=redis is what the gate will still sell, store=db the database stock.", []string{"sku_id", "store"}, nil)

@@ -38,6 +38,11 @@ type Instance struct {
 // FeatureCrowd: the instance enforces tickets and waiting rooms.
 const FeatureCrowd = "crowd"
 
+// FeatureSchema2: the instance reads reservations of the order stream's
+// schema version 2 (several per message; orderqueue.SchemaBatch). An
+// instance publishes it only while every instance reports this.
+const FeatureSchema2 = "orders-schema-2"
+
 // Lacking returns the ids of instances among in that do not report feature.
 func Lacking(in []Instance, feature string) []string {
 	var ids []string

@@ -6,10 +6,13 @@ package orderqueue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -116,7 +119,8 @@ type Queue struct {
 	missing   error   // what the last Ensure found missing and could not re-create
 	recreated int     // times Ensure re-created something
 
-	pub pubHealth // Publish's recent outcomes
+	pub    pubHealth    // Publish's recent outcomes
+	schema atomic.Int32 // the order stream's schema version Publish writes
 }
 
 // Open creates or updates the stream and the durable consumer on nc.
@@ -129,6 +133,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	q := &Queue{js: js, cfg: cfg}
+	q.schema.Store(1)
 	if err := q.create(ctx); err != nil {
 		return nil, err
 	}
@@ -271,32 +276,103 @@ type Message struct {
 
 // Publish sends msgs and waits for the stream's acknowledgement of each.
 // The returned slice has one error per message (nil: stored durably).
+//
+// While the queue publishes schema version 2 (SetPublishSchema), the
+// reservations of one SKU go out together, up to MaxBatch in one message
+// (see SchemaBatch); a reservation alone, or one whose payload is not JSON
+// (it must not spoil the others' message), goes out as version 1.
 func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 	errs := make([]error, len(msgs))
-	futs := make([]jetstream.PubAckFuture, len(msgs))
-	for i, m := range msgs {
-		msg := &nats.Msg{Subject: SubjectPrefix + sale.SKUOfBucket(m.SKU), Data: m.Data, Header: make(nats.Header, len(m.Trace)+1)}
-		for k, v := range m.Trace {
+	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
+	// of[k] lists the indices in msgs that futs[k] carries (nil: one, k's
+	// own in msgs order when not batching).
+	var of [][]int
+	send := func(idx []int, data []byte, id, schema, count string, trace map[string]string, sku string) {
+		msg := &nats.Msg{Subject: SubjectPrefix + sale.SKUOfBucket(sku), Data: data, Header: make(nats.Header, len(trace)+2)}
+		for k, v := range trace {
 			msg.Header[k] = []string{v} // exact (lower-case) W3C names
 		}
-		setSchema(msg, "")
-		futs[i], errs[i] = q.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID), jetstream.WithExpectStream(StreamName))
+		setSchema(msg, schema)
+		if count != "" {
+			msg.Header.Set(HeaderCount, count)
+		}
+		f, err := q.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(StreamName))
+		for _, i := range idx {
+			errs[i] = err
+		}
+		futs = append(futs, f)
+		of = append(of, idx)
 	}
-	for i, f := range futs {
+	if q.schema.Load() == SchemaBatch && len(msgs) > 1 {
+		for _, g := range groups(msgs) {
+			if len(g) == 1 {
+				m := msgs[g[0]]
+				send(g, m.Data, m.ID, "", "", m.Trace, m.SKU)
+				continue
+			}
+			part := make([]Message, len(g))
+			for j, i := range g {
+				part[j] = msgs[i]
+			}
+			data, id := encodeBatch(part)
+			send(g, data, id, strconv.Itoa(SchemaBatch), strconv.Itoa(len(g)), nil, part[0].SKU)
+		}
+	} else {
+		for i, m := range msgs {
+			send([]int{i}, m.Data, m.ID, "", "", m.Trace, m.SKU)
+		}
+	}
+	for k, f := range futs {
 		if f == nil {
 			continue
 		}
+		var err error
 		select {
 		case <-f.Ok():
-		case err := <-f.Err():
-			errs[i] = err
+		case err = <-f.Err():
 		case <-ctx.Done():
-			errs[i] = ctx.Err()
+			err = ctx.Err()
+		}
+		for _, i := range of[k] {
+			errs[i] = err
 		}
 	}
 	q.pub.record(errs)
 	return errs
 }
+
+// groups splits msgs (by index) into the messages of a version 2 publish:
+// by subject, in order, at most MaxBatch reservations and maxBatchBytes of
+// payload each; a payload that is not JSON is a group of its own.
+func groups(msgs []Message) [][]int {
+	var out [][]int
+	open := map[string]int{} // subject -> index in out of its open group
+	size := map[string]int{}
+	for i, m := range msgs {
+		if !json.Valid(m.Data) {
+			out = append(out, []int{i})
+			continue
+		}
+		subj := sale.SKUOfBucket(m.SKU)
+		k, ok := open[subj]
+		if !ok || len(out[k]) >= MaxBatch || size[subj]+len(m.Data) > maxBatchBytes {
+			k = len(out)
+			out = append(out, nil)
+			open[subj], size[subj] = k, 0
+		}
+		out[k] = append(out[k], i)
+		size[subj] += len(m.Data) + 1
+	}
+	return out
+}
+
+// SetPublishSchema sets the schema version Publish writes on the order
+// stream: 1 (one reservation per message, what every release reads) or
+// SchemaBatch. Safe for concurrent use.
+func (q *Queue) SetPublishSchema(v int) { q.schema.Store(int32(v)) }
+
+// PublishSchema returns the schema version Publish writes.
+func (q *Queue) PublishSchema() int { return int(q.schema.Load()) }
 
 // Consumer returns the durable consumer the appliers share.
 func (q *Queue) Consumer() jetstream.Consumer { return q.consumer }

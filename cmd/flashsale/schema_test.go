@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flashsale/flashsale/internal/fleet"
+	"github.com/flashsale/flashsale/internal/orderqueue"
+	"github.com/flashsale/flashsale/internal/testenv"
+)
+
+// TestPublishSchemaFollowsTheFleet: with order-schema 2 an instance
+// publishes schema version 2 only while every instance in the fleet
+// registry reports reading it; an instance that does not (an older
+// release) turns it back to 1 within a check, and an empty registry (this
+// instance's own beat not in yet) is no answer.
+func TestPublishSchemaFollowsTheFleet(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nc, err := nats.Connect(testenv.NATS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	q, err := orderqueue.Open(ctx, nc, orderqueue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, prefix := testenv.Redis(t)
+	reg := fleet.New(testenv.RedisClient(t, url), prefix)
+	go publishSchema(ctx, q, reg, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+
+	stays := func(want int, why string) {
+		t.Helper()
+		for range 10 {
+			time.Sleep(20 * time.Millisecond)
+			if v := q.PublishSchema(); v != want {
+				t.Fatalf("%s: publishes schema %d, want %d", why, v, want)
+			}
+		}
+	}
+	becomes := func(want int, why string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for q.PublishSchema() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: publishes schema %d, want %d", why, q.PublishSchema(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	beat := func(id string, features ...string) {
+		t.Helper()
+		if err := reg.Beat(ctx, fleet.Instance{ID: id, Group: "stable", Features: features}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	stays(1, "no instance listed")
+	beat("self", fleet.FeatureCrowd, fleet.FeatureSchema2)
+	becomes(2, "every instance reads schema 2")
+	beat("older", fleet.FeatureCrowd)
+	becomes(1, "an instance that reads only schema 1 joined")
+	stays(1, "it is still listed")
+	if err := reg.Leave(ctx, "older"); err != nil {
+		t.Fatal(err)
+	}
+	becomes(2, "it left")
+}
