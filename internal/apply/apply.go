@@ -1,7 +1,9 @@
 // Package apply is the consumer: it takes reservations from the stream in
 // batches and applies each batch in one database transaction.
 //
-// Retry contract, per message:
+// Retry contract, per reservation (a message carries one, or several of
+// one SKU in schema version 2: it is acked once all of them are decided,
+// and nak'ed while any one waits for a retry, see Handle):
 //   - committed (applied or refused by the database) -> the gate closes the
 //     reservation (refused ones give their units back) -> ack;
 //   - malformed (cannot be decoded or validated) -> dead letter at once;
@@ -15,8 +17,8 @@
 //     timeout, a serialization failure, a deadlock, a lock timeout), or the
 //     database not answering a ping -> nak with a growing delay, however many
 //     deliveries: a flaky network or an outage never dead-letters anything;
-//   - any other failure -> the batch is split and each message applied alone;
-//     a message that fails alone with a non-transient error has failed
+//   - any other failure -> the batch is split and each reservation applied alone;
+//     a reservation that fails alone with a non-transient error has failed
 //     deterministically once. It is nak'ed with a growing delay, and
 //     dead-lettered at its MaxDeliver-th deterministic failure. Its stock
 //     stays reserved until an operator replays or discards it.
@@ -78,8 +80,9 @@ type Store interface {
 // DeadLetters keeps reservations the consumer gives up on.
 type DeadLetters interface {
 	// DeadLetterPart copies one reservation m carries (data: its payload,
-	// of schema version schema; "" is 1) to the dead letters.
-	DeadLetterPart(ctx context.Context, m jetstream.Msg, data []byte, schema, orderID, sku, reason string) error
+	// of schema version schema ("" is 1; part its index in a version 2
+	// message, -1 for the message whole) to the dead letters.
+	DeadLetterPart(ctx context.Context, m jetstream.Msg, part int, data []byte, schema, orderID, sku, reason string) error
 }
 
 // Closer closes reservations in the gate once the database decided them.
@@ -116,8 +119,8 @@ type Config struct {
 	// new trace linked to the trace of every purchase the batch carries).
 	Tracer *tracing.Tracer
 	// Schemas are the message schema versions this consumer applies, each
-	// with its decoder (default: orderqueue.SchemaVersion and every older
-	// one this release reads, see DefaultSchemas). Tests add a version.
+	// with its decoder (default: every version this release reads, 1 and
+	// 2, see DefaultSchemas). Tests add a version.
 	Schemas map[int]Decoder
 	// UnknownDelay is how long a message of a schema version not in
 	// Schemas waits before it is delivered again (default 5s).
@@ -130,9 +133,11 @@ type Config struct {
 // payload as a whole cannot be read: the message is dead-lettered whole.
 type Decoder func(data []byte) ([]orderqueue.Part, error)
 
-// DecodeV1 decodes schema version 1: one JSON sale.Reservation.
+// DecodeV1 decodes schema version 1: one JSON sale.Reservation (or what a
+// version 2 payload carries that a release before the schema header
+// dead-lettered whole and replayed: orderqueue.DecodeV1OrBatch).
 func DecodeV1(data []byte) ([]orderqueue.Part, error) {
-	return []orderqueue.Part{orderqueue.DecodeV1(data)}, nil
+	return orderqueue.DecodeV1OrBatch(data), nil
 }
 
 // DecodeV2 decodes schema version 2: several reservations of one SKU
@@ -193,9 +198,19 @@ type Consumer struct {
 	cfg   Config
 	obs   Observer
 
-	mu     sync.Mutex
-	fails  map[string]failures // by order id: deterministic failures so far
-	outage outage              // batches held for an outage
+	mu        sync.Mutex
+	fails     map[string]failures // by order id: deterministic failures so far
+	deadParts map[partKey]time.Time
+	outage    outage // batches held for an outage
+}
+
+// partKey names one reservation of a version 2 message: its stream
+// sequence and its index. Consumer.dead remembers those dead-lettered while
+// their message still waits for another's retry, so that a redelivery does
+// not dead-letter them again (dropped like fails).
+type partKey struct {
+	seq   uint64
+	index int
 }
 
 // outage is the consumer's view of a database outage: how many batches are
@@ -217,7 +232,8 @@ const forgetAfter = 24 * time.Hour
 
 // New returns a consumer.
 func New(store Store, gate Closer, dead DeadLetters, log *slog.Logger, obs Observer, cfg Config) *Consumer {
-	return &Consumer{store: store, gate: gate, dead: dead, log: log, obs: obs, cfg: cfg.withDefaults(), fails: map[string]failures{}}
+	return &Consumer{store: store, gate: gate, dead: dead, log: log, obs: obs, cfg: cfg.withDefaults(), fails: map[string]failures{},
+		deadParts: map[partKey]time.Time{}}
 }
 
 // Run consumes from cons with the configured number of workers until ctx is done.
@@ -345,13 +361,22 @@ type batch struct {
 	rs   []sale.Reservation
 	of   []int            // rs[i] came from msgs[of[i]]
 	data [][]byte         // rs[i]'s own payload, for a dead letter of it alone
+	part []partOf         // where rs[i] is in its message
 	tr   []tracing.Getter // rs[i]'s purchase's trace context
 	out  []unitOutcome    // by reservation
+}
+
+// partOf is where a reservation is in its message: Batched (a version 2
+// message) at Index.
+type partOf struct {
+	batched bool
+	index   int
 }
 
 // msgState is what became of one message's reservations.
 type msgState struct {
 	schema string // the message's SchemaHeader
+	seq    uint64 // its stream sequence (read for version 2 messages only)
 	units  int    // reservations it carries
 	dead   int    // of them dead-lettered
 	open   bool   // one waits for a redelivery: nak
@@ -402,35 +427,78 @@ func (c *Consumer) open(ctx context.Context, b *batch, m jetstream.Msg) {
 	if err != nil {
 		c.log.Error("consumer: malformed message", "subject", m.Subject(), "err", err)
 		b.ms[k].units = 1
-		c.deadLetter(ctx, b, k, m.Data(), b.ms[k].schema, sale.Reservation{}, "malformed: "+err.Error())
+		c.deadLetter(ctx, b, k, -1, m.Data(), b.ms[k].schema, sale.Reservation{}, "malformed: "+err.Error())
+		c.settleNow(ctx, b, k)
 		return
 	}
 	b.ms[k].units = len(parts)
+	if len(parts) > 0 && parts[0].Batched {
+		if md, err := m.Metadata(); err == nil {
+			b.ms[k].seq = md.Sequence.Stream
+		}
+	}
+	added := false
 	for _, p := range parts {
-		if p.Err != nil {
-			c.log.Error("consumer: malformed message", "subject", m.Subject(), "err", p.Err)
-			c.deadLetter(ctx, b, k, p.Data, partSchema(b.ms[k].schema, len(parts)), p.Reservation, "malformed: "+p.Err.Error())
+		if p.Batched && b.ms[k].seq > 0 && c.deadAlready(partKey{b.ms[k].seq, p.Index}) {
+			b.ms[k].dead++ // dead-lettered on an earlier delivery
 			continue
 		}
+		if p.Err != nil {
+			c.log.Error("consumer: malformed message", "subject", m.Subject(), "err", p.Err)
+			c.deadLetter(ctx, b, k, partIndex(p.Batched, p.Index), p.Data, partSchema(b.ms[k].schema, p.Batched), p.Reservation, "malformed: "+p.Err.Error())
+			continue
+		}
+		added = true
 		b.rs = append(b.rs, p.Reservation)
 		b.of = append(b.of, k)
 		b.data = append(b.data, p.Data)
+		b.part = append(b.part, partOf{p.Batched, p.Index})
 		if p.Trace != nil {
 			b.tr = append(b.tr, p.Trace)
 		} else {
 			b.tr = append(b.tr, m.Headers())
 		}
 	}
+	if !added {
+		c.settleNow(ctx, b, k)
+	}
 }
 
-// partSchema is the schema version a dead letter of one of a message's n
-// reservations is written under: the message's own when it is alone in it
-// (kept as it came), else 1 (each is a version 1 payload).
-func partSchema(msgSchema string, n int) string {
-	if n == 1 {
-		return msgSchema
+// settleNow settles message k of b, none of whose reservations is left to
+// apply, at once (terminated, or nak'ed when a dead letter could not be
+// written), instead of after the batch's apply, and takes it out of the
+// batch.
+func (c *Consumer) settleNow(ctx context.Context, b *batch, k int) {
+	c.settleMsg(ctx, b.msgs[k], b.ms[k])
+	b.msgs, b.ms = b.msgs[:k], b.ms[:k]
+}
+
+// partIndex is the index DeadLetterPart takes: -1 for a reservation that is
+// its message whole.
+func partIndex(batched bool, index int) int {
+	if batched {
+		return index
 	}
-	return "1"
+	return -1
+}
+
+// partSchema is the schema version a dead letter of one reservation is
+// written under: 1 for one taken out of a version 2 payload (each is a
+// version 1 payload), else its message's own, kept as it came.
+func partSchema(msgSchema string, batched bool) string {
+	if batched {
+		return "1"
+	}
+	return msgSchema
+}
+
+// deadAlready reports whether the reservation k names was dead-lettered by
+// this process on an earlier delivery of its message.
+func (c *Consumer) deadAlready(k partKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.deadParts[k]
+	return ok
 }
 
 // applyAll applies b's reservations in one transaction if it can, and
@@ -490,7 +558,8 @@ func (c *Consumer) settle(ctx context.Context, b *batch) {
 		case o.deterministic && ctx.Err() == nil:
 			deterministic, cause = true, o.err
 			if f := c.failed(b.rs[i].OrderID); f >= c.cfg.MaxDeliver {
-				c.deadLetter(ctx, b, k, b.data[i], partSchema(b.ms[k].schema, b.ms[k].units), b.rs[i], fmt.Sprintf("apply failed %d times: %v", f, o.err))
+				pt := b.part[i]
+				c.deadLetter(ctx, b, k, partIndex(pt.batched, pt.index), b.data[i], partSchema(b.ms[k].schema, pt.batched), b.rs[i], fmt.Sprintf("apply failed %d times: %v", f, o.err))
 				continue
 			}
 			b.ms[k].open = true
@@ -500,33 +569,8 @@ func (c *Consumer) settle(ctx context.Context, b *batch) {
 		}
 	}
 	for k, m := range b.msgs {
-		st := b.ms[k]
-		switch {
-		case (st.open || st.long) && ctx.Err() != nil:
-			// Stopping: the batch is handed back now (see handBack),
-			// not after a backoff that is about this instance's trouble.
-			if err := m.Nak(); err != nil {
-				c.log.Warn("consumer: nak", "err", err)
-			}
-		case st.long:
-			_ = m.NakWithDelay(c.cfg.Backoff[len(c.cfg.Backoff)-1])
-		case st.open:
+		if c.settleMsg(ctx, m, b.ms[k]) {
 			retried++
-			n := 1
-			if md, err := m.Metadata(); err == nil {
-				n = int(md.NumDelivered)
-			}
-			if err := m.NakWithDelay(c.cfg.Backoff[min(n, len(c.cfg.Backoff))-1]); err != nil {
-				c.log.Warn("consumer: nak", "err", err)
-			}
-		case st.dead == st.units:
-			if err := m.TermWithReason(truncate(st.reason, 200)); err != nil {
-				c.log.Warn("consumer: term", "err", err)
-			}
-		default:
-			if err := m.Ack(); err != nil {
-				c.log.Warn("consumer: ack", "subject", m.Subject(), "err", err)
-			}
 		}
 	}
 	if retried > 0 {
@@ -783,6 +827,22 @@ func (c *Consumer) failed(orderID string) int {
 	return f.n
 }
 
+// rememberDead records that the reservation k names is dead-lettered while
+// its message may still be delivered again.
+func (c *Consumer) rememberDead(k partKey) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.deadParts) >= 10_000 {
+		for p, at := range c.deadParts {
+			if now.Sub(at) > forgetAfter {
+				delete(c.deadParts, p)
+			}
+		}
+	}
+	c.deadParts[k] = now
+}
+
 // settled forgets the failures of orders acked or dead-lettered.
 func (c *Consumer) settled(orderID string) {
 	c.mu.Lock()
@@ -790,16 +850,69 @@ func (c *Consumer) settled(orderID string) {
 	c.mu.Unlock()
 }
 
+// settleMsg acks, naks or terminates m as st says (see settle), and
+// reports whether it was nak'ed for a retry.
+func (c *Consumer) settleMsg(ctx context.Context, m jetstream.Msg, st msgState) (retried bool) {
+	switch {
+	case (st.open || st.long) && ctx.Err() != nil:
+		// Stopping: the batch is handed back now (see handBack),
+		// not after a backoff that is about this instance's trouble.
+		if err := m.Nak(); err != nil {
+			c.log.Warn("consumer: nak", "err", err)
+		}
+	case st.long:
+		_ = m.NakWithDelay(c.cfg.Backoff[len(c.cfg.Backoff)-1])
+	case st.open:
+		n := 1
+		if md, err := m.Metadata(); err == nil {
+			n = int(md.NumDelivered)
+		}
+		if err := m.NakWithDelay(c.cfg.Backoff[min(n, len(c.cfg.Backoff))-1]); err != nil {
+			c.log.Warn("consumer: nak", "err", err)
+		}
+		return true
+	case st.dead == st.units:
+		if err := m.TermWithReason(truncate(st.reason, 200)); err != nil {
+			c.log.Warn("consumer: term", "err", err)
+		}
+		c.forgetParts(st.seq)
+	default:
+		if err := m.Ack(); err != nil {
+			c.log.Warn("consumer: ack", "subject", m.Subject(), "err", err)
+		}
+		c.forgetParts(st.seq)
+	}
+	return false
+}
+
+// forgetParts drops what Consumer.dead remembers of the version 2 message
+// at stream sequence seq (acked or terminated; 0: not one).
+func (c *Consumer) forgetParts(seq uint64) {
+	if seq == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.deadParts {
+		if k.seq == seq {
+			delete(c.deadParts, k)
+		}
+	}
+}
+
 // deadLetter copies one reservation of b.msgs[k] (data, of version
 // schema; r as far as it was decoded) to the dead letters. If the copy
 // fails, the message is nak'ed and tried again later.
-func (c *Consumer) deadLetter(ctx context.Context, b *batch, k int, data []byte, schema string, r sale.Reservation, reason string) {
-	if err := c.dead.DeadLetterPart(ctx, b.msgs[k], data, schema, r.OrderID, r.SKU, reason); err != nil {
+func (c *Consumer) deadLetter(ctx context.Context, b *batch, k, part int, data []byte, schema string, r sale.Reservation, reason string) {
+	if err := c.dead.DeadLetterPart(ctx, b.msgs[k], part, data, schema, r.OrderID, r.SKU, reason); err != nil {
 		c.log.Error("consumer: dead-letter failed; will retry", "order_id", r.OrderID, "err", err)
 		b.ms[k].long = true
 		return
 	}
 	c.settled(r.OrderID)
+	if part >= 0 && b.ms[k].seq > 0 {
+		c.rememberDead(partKey{b.ms[k].seq, part})
+	}
 	b.ms[k].dead++
 	b.ms[k].reason = reason
 	c.log.Error("consumer: dead-lettered", "order_id", r.OrderID, "sku_id", r.SKU, "reason", reason)

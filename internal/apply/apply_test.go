@@ -86,7 +86,7 @@ func (gate) Finalize(context.Context, string, []stockgate.Outcome) (int64, error
 
 type dead struct{ n int }
 
-func (d *dead) DeadLetterPart(context.Context, jetstream.Msg, []byte, string, string, string, string) error {
+func (d *dead) DeadLetterPart(context.Context, jetstream.Msg, int, []byte, string, string, string, string) error {
 	d.n++
 	return nil
 }

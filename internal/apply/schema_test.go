@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -208,6 +209,9 @@ func TestSchema2MessageDecidedPerReservation(t *testing.T) {
 	}
 	invalid := []byte(`{"order_id":"01890000-0000-7000-8000-000000000009","sku_id":"s"}`) // no user, no quantity
 	msgs = append(msgs, orderqueue.Message{ID: "invalid", SKU: "s", Data: invalid})
+	// Two without an order id: two dead letters, not one taken for the other's copy.
+	noID1, noID2 := []byte(`{"sku_id":"s","user_id":"a"}`), []byte(`{"sku_id":"s","user_id":"b"}`)
+	msgs = append(msgs, orderqueue.Message{ID: "no-id-1", SKU: "s", Data: noID1}, orderqueue.Message{ID: "no-id-2", SKU: "s", Data: noID2})
 	for i, err := range q.Publish(ctx, msgs) {
 		if err != nil {
 			t.Fatalf("publish %d: %v", i, err)
@@ -219,7 +223,8 @@ func TestSchema2MessageDecidedPerReservation(t *testing.T) {
 
 	st := &poisonStore{countingStore: countingStore{applied: map[string]int{}}, poison: poison.OrderID}
 	met := metrics.New()
-	c := apply.New(st, gate{}, q, slog.New(slog.NewTextHandler(io.Discard, nil)), met,
+	dl := &countingDead{DeadLetters: q}
+	c := apply.New(st, gate{}, dl, slog.New(slog.NewTextHandler(io.Discard, nil)), met,
 		apply.Config{MaxDeliver: 2, Backoff: []time.Duration{10 * time.Millisecond}, AckWait: time.Second})
 	rctx, rcancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -245,15 +250,28 @@ func TestSchema2MessageDecidedPerReservation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dls) != 2 {
-		t.Fatalf("%d dead letters, want 2: %+v", len(dls), dls)
+	if len(dls) != 4 {
+		t.Fatalf("%d dead letters, want 4: %+v", len(dls), dls)
+	}
+	// The poisoned one fails twice: the message is delivered again after
+	// the first, and the invalid ones, dead-lettered on the first
+	// delivery, are not dead-lettered again.
+	if n := dl.count(); n != 4 {
+		t.Errorf("%d dead letters written, want 4 (one each)", n)
 	}
 	byID := map[string]orderqueue.DeadLetter{}
+	var noIDs []string
 	for _, d := range dls {
 		byID[d.OrderID] = d
+		if d.OrderID == "" {
+			noIDs = append(noIDs, string(d.Data))
+		}
 		if d.Schema != "1" || d.SKU != "s" || d.StreamSeq != 1 {
 			t.Errorf("dead letter %s: schema %q, sku %q, stream seq %d; want 1, s, 1", d.OrderID, d.Schema, d.SKU, d.StreamSeq)
 		}
+	}
+	if !slices.Equal(noIDs, []string{string(noID1), string(noID2)}) {
+		t.Errorf("dead letters without an order id hold %q, want %q and %q", noIDs, noID1, noID2)
 	}
 	if d, ok := byID["01890000-0000-7000-8000-000000000009"]; !ok || string(d.Data) != string(invalid) || !strings.HasPrefix(d.Reason, "malformed") {
 		t.Errorf("the invalid reservation's dead letter = %+v", d)
@@ -264,5 +282,66 @@ func TestSchema2MessageDecidedPerReservation(t *testing.T) {
 	}
 	if r, err := d.Reservation(); err != nil || r != poison {
 		t.Errorf("the poisoned dead letter reads as %+v, %v; want %+v", r, err, poison)
+	}
+}
+
+// countingDead counts the dead letters a consumer writes.
+type countingDead struct {
+	apply.DeadLetters
+	mu sync.Mutex
+	n  int
+}
+
+func (d *countingDead) DeadLetterPart(ctx context.Context, m jetstream.Msg, part int, data []byte, schema, orderID, sku, reason string) error {
+	d.mu.Lock()
+	d.n++
+	d.mu.Unlock()
+	return d.DeadLetters.DeadLetterPart(ctx, m, part, data, schema, orderID, sku, reason)
+}
+
+func (d *countingDead) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n
+}
+
+// TestHeaderlessSchema2Applied: a version 2 payload on the stream without
+// the schema header (a release before the header replayed the dead letter
+// it made of one) is applied as what it carries.
+func TestHeaderlessSchema2Applied(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, err := nats.Connect(testenv.NATS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	q, err := orderqueue.Open(ctx, nc, orderqueue.Config{AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := sale.Reservation{OrderID: "01890000-0000-7000-8000-000000000001", SKU: "s", User: "a", Quantity: 1, AcceptedAt: 1}
+	b := sale.Reservation{OrderID: "01890000-0000-7000-8000-000000000002", SKU: "s", User: "b", Quantity: 2, AcceptedAt: 1}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if _, err := q.JetStream().Publish(ctx, orderqueue.SubjectPrefix+"_malformed", []byte(`{"reservations":[`+string(ja)+`,`+string(jb)+`]}`)); err != nil {
+		t.Fatal(err)
+	}
+	st := &countingStore{applied: map[string]int{}}
+	dl := &dead{}
+	c := apply.New(st, gate{}, dl, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, apply.Config{AckWait: time.Second})
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(rctx, q.Consumer())
+	}()
+	defer func() { rcancel(); <-done }()
+	until(t, "the message acked", func() bool {
+		ci, err := q.Consumer().Info(ctx)
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.AckFloor.Stream == 1
+	})
+	if st.count(a.OrderID) != 1 || st.count(b.OrderID) != 1 || dl.n != 0 {
+		t.Errorf("applied %d and %d times, %d dead letters; want 1, 1, 0", st.count(a.OrderID), st.count(b.OrderID), dl.n)
 	}
 }

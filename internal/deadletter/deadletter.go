@@ -21,6 +21,7 @@ type Queue interface {
 	GetDeadLetter(ctx context.Context, seq uint64) (orderqueue.DeadLetter, error)
 	DeleteDeadLetter(ctx context.Context, seq uint64) error
 	Replay(ctx context.Context, d orderqueue.DeadLetter) error
+	ReplayParts(ctx context.Context, d orderqueue.DeadLetter, parts []orderqueue.Part) error
 }
 
 // Store records a discarded reservation so it can never be applied.
@@ -72,6 +73,10 @@ type Action struct {
 	OrderID       string `json:"order_id"`
 	Action        string `json:"action"` // replayed, discarded, already_applied, dropped_malformed
 	UnitsReturned int64  `json:"units_returned"`
+	// OrderIDs lists the reservations of a dead letter that held several
+	// (a version 2 message a release before the schema header
+	// dead-lettered whole); OrderID is then the first.
+	OrderIDs []string `json:"order_ids,omitempty"`
 }
 
 // Replay sends the reservation back to the order stream and removes the
@@ -81,50 +86,78 @@ func (s *Service) Replay(ctx context.Context, seq uint64) (Action, error) {
 	if err != nil {
 		return Action{}, err
 	}
-	if _, err := d.Reservation(); err != nil {
+	parts, err := d.Parts()
+	if err != nil {
 		return Action{}, fmt.Errorf("%w: dead letter %d cannot be replayed (malformed); discard it", sale.ErrInvalid, seq)
 	}
-	if err := s.q.Replay(ctx, d); err != nil {
+	a := Action{Seq: seq, OrderID: d.OrderID, Action: "replayed"}
+	if parts[0].Batched {
+		err = s.q.ReplayParts(ctx, d, parts)
+		a.OrderID, a.OrderIDs = parts[0].Reservation.OrderID, orderIDs(parts)
+	} else {
+		err = s.q.Replay(ctx, d)
+	}
+	if err != nil {
 		return Action{}, err
 	}
 	if err := s.q.DeleteDeadLetter(ctx, seq); err != nil {
 		return Action{}, err
 	}
-	return Action{Seq: seq, OrderID: d.OrderID, Action: "replayed"}, nil
+	return a, nil
+}
+
+func orderIDs(parts []orderqueue.Part) []string {
+	ids := make([]string, len(parts))
+	for i, p := range parts {
+		ids[i] = p.Reservation.OrderID
+	}
+	return ids
 }
 
 // Discard records the reservation as failed (reason "discarded") in the
 // database, gives its units and the buyer's slot back in Redis, and removes
 // the dead letter. Each step is idempotent, so a discard interrupted half
 // way can be repeated. A reservation the database already applied is not
-// discarded: only the dead letter goes.
+// discarded: only the dead letter goes. A dead letter holding several
+// reservations (Action.OrderIDs) has each discarded so.
 func (s *Service) Discard(ctx context.Context, seq uint64) (Action, error) {
 	d, err := s.q.GetDeadLetter(ctx, seq)
 	if err != nil {
 		return Action{}, err
 	}
-	r, rerr := d.Reservation()
-	if rerr != nil {
+	parts, perr := d.Parts()
+	if perr != nil {
 		// Nothing decodable: no units can be attributed to it.
 		if err := s.q.DeleteDeadLetter(ctx, seq); err != nil {
 			return Action{}, err
 		}
 		return Action{Seq: seq, OrderID: d.OrderID, Action: "dropped_malformed"}, nil
 	}
-	already, status, err := s.store.Discard(ctx, r)
-	if err != nil {
-		return Action{}, err
+	a := Action{Seq: seq, OrderID: parts[0].Reservation.OrderID, Action: "discarded"}
+	if parts[0].Batched {
+		a.OrderIDs = orderIDs(parts)
 	}
-	refused := !already || status == sale.StatusFailed || status == sale.StatusCancelled
-	units, err := s.gate.Finalize(ctx, stockgate.BucketOf(r), []stockgate.Outcome{{OrderID: r.OrderID, Refused: refused && status != sale.StatusCancelled}})
-	if err != nil {
-		return Action{}, err
+	live := 0
+	for _, p := range parts {
+		r := p.Reservation
+		already, status, err := s.store.Discard(ctx, r)
+		if err != nil {
+			return Action{}, err
+		}
+		refused := !already || status == sale.StatusFailed || status == sale.StatusCancelled
+		units, err := s.gate.Finalize(ctx, stockgate.BucketOf(r), []stockgate.Outcome{{OrderID: r.OrderID, Refused: refused && status != sale.StatusCancelled}})
+		if err != nil {
+			return Action{}, err
+		}
+		a.UnitsReturned += units
+		if already && status.Live() {
+			live++
+		}
 	}
 	if err := s.q.DeleteDeadLetter(ctx, seq); err != nil {
 		return Action{}, err
 	}
-	a := Action{Seq: seq, OrderID: r.OrderID, Action: "discarded", UnitsReturned: units}
-	if already && status.Live() {
+	if live == len(parts) {
 		a.Action = "already_applied"
 	}
 	return a, nil

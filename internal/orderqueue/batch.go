@@ -55,6 +55,11 @@ type Part struct {
 	Trace       Trace
 	Reservation sale.Reservation
 	Err         error
+	// Batched is set for a reservation taken out of a version 2 payload
+	// (Index its position there): its dead letter is a version 1 one of
+	// its own.
+	Batched bool
+	Index   int
 }
 
 // Trace is a W3C trace context (traceparent, tracestate) carried with a
@@ -92,6 +97,7 @@ func DecodeBatch(data []byte) ([]Part, error) {
 	parts := make([]Part, len(b.Reservations))
 	for i, raw := range b.Reservations {
 		parts[i] = DecodeV1(raw)
+		parts[i].Batched, parts[i].Index = true, i
 		if b.Traces != nil {
 			parts[i].Trace = b.Traces[i]
 		}
@@ -107,11 +113,29 @@ var ErrUnknownSchema = errors.New("orderqueue: unknown schema version")
 func Decode(v int, data []byte) ([]Part, error) {
 	switch v {
 	case 1:
-		return []Part{DecodeV1(data)}, nil
+		return DecodeV1OrBatch(data), nil
 	case SchemaBatch:
 		return DecodeBatch(data)
 	}
 	return nil, ErrUnknownSchema
+}
+
+// DecodeV1OrBatch decodes a payload that says it is version 1 (or says
+// nothing): one reservation, or, when it is not one and is a version 2
+// payload, that payload's reservations. A release before the schema
+// header reads a version 2 message as one malformed reservation and
+// dead-letters it whole, without the header; its dead letter (and a
+// replay of it by that release) reads here as what it carries, so that
+// nothing in it is lost or counted as free.
+func DecodeV1OrBatch(data []byte) []Part {
+	p := DecodeV1(data)
+	if p.Err == nil || !bytes.Contains(data, []byte(`"reservations"`)) {
+		return []Part{p}
+	}
+	if parts, err := DecodeBatch(data); err == nil {
+		return parts
+	}
+	return []Part{p}
 }
 
 // encodeBatch returns the version 2 payload of msgs (one SKU's, each Data a

@@ -51,6 +51,41 @@ func (d DeadLetter) Reservation() (sale.Reservation, error) {
 	return r, r.Validate()
 }
 
+// Parts decodes what the dead letter holds: one reservation, or the
+// reservations of a version 2 message that a release before the schema
+// header dead-lettered whole (see DecodeV1OrBatch). Only valid ones are
+// returned; an error when there is none.
+func (d DeadLetter) Parts() ([]Part, error) {
+	v, ok := SchemaOf(nats.Header{SchemaHeader: []string{d.Schema}})
+	if !ok {
+		return nil, fmt.Errorf("%w: dead letter %d: schema %q", sale.ErrInvalid, d.Seq, d.Schema)
+	}
+	parts, err := Decode(v, d.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dead letter %d: %v", sale.ErrInvalid, d.Seq, err)
+	}
+	var out []Part
+	var first error
+	for _, p := range parts {
+		if p.Err != nil {
+			first = cmpOr(first, p.Err)
+			continue
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: dead letter %d: %v", sale.ErrInvalid, d.Seq, first)
+	}
+	return out, nil
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
 // ErrNoDeadLetter is returned when no dead letter has the sequence number.
 var ErrNoDeadLetter = errors.New("no such dead letter")
 
@@ -59,20 +94,23 @@ var ErrNoDeadLetter = errors.New("no such dead letter")
 // is never lost between the two streams (a crash in between leaves a copy in
 // both; the database's idempotency log absorbs a later double apply).
 func (q *Queue) DeadLetter(ctx context.Context, m jetstream.Msg, orderID, sku, reason string) error {
-	return q.DeadLetterPart(ctx, m, m.Data(), m.Headers().Get(SchemaHeader), orderID, sku, reason)
+	return q.DeadLetterPart(ctx, m, -1, m.Data(), m.Headers().Get(SchemaHeader), orderID, sku, reason)
 }
 
 // DeadLetterPart is DeadLetter of one reservation that m carries: data is
-// its own payload, of schema version schema ("": 1). A version 2 message's
+// its own payload, of schema version schema ("": 1), part its index in a
+// version 2 message (-1: the message whole). A version 2 message's
 // reservation is dead-lettered alone, as version 1 (see SchemaBatch), so
-// that a replay or a discard handles it as every release does.
-func (q *Queue) DeadLetterPart(ctx context.Context, m jetstream.Msg, data []byte, schema, orderID, sku, reason string) error {
+// that a replay or a discard handles it as every release does; its index
+// keeps its dead letter's id apart from its neighbours' (two without an
+// order id must not be taken for one copy).
+func (q *Queue) DeadLetterPart(ctx context.Context, m jetstream.Msg, part int, data []byte, schema, orderID, sku, reason string) error {
 	seq, deliveries := uint64(0), 0
 	if md, err := m.Metadata(); err == nil {
 		seq, deliveries = md.Sequence.Stream, int(md.NumDelivered)
 	}
 	if !sale.ValidSKU(sku) {
-		sku = "_malformed"
+		sku = malformed
 	}
 	msg := nats.NewMsg(DeadLetterPrefix + sku)
 	msg.Data = data
@@ -82,7 +120,11 @@ func (q *Queue) DeadLetterPart(ctx context.Context, m jetstream.Msg, data []byte
 	msg.Header.Set(hdrOrderID, orderID)
 	msg.Header.Set(hdrFailedAt, time.Now().UTC().Format(time.RFC3339Nano))
 	setSchema(msg, schema)
-	_, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("dlq-%d-%s", seq, orderID)), jetstream.WithExpectStream(DeadLetterStream))
+	id := fmt.Sprintf("dlq-%d-%s", seq, orderID)
+	if part >= 0 {
+		id = fmt.Sprintf("dlq-%d-%d-%s", seq, part, orderID)
+	}
+	_, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(DeadLetterStream))
 	if err != nil {
 		return fmt.Errorf("orderqueue: dead-letter: %w", err)
 	}
@@ -182,6 +224,23 @@ func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
 	return err
 }
 
+// ReplayParts publishes each of parts (what dead letter d holds, see
+// Parts) to the order stream as a version 1 message of its own, under a
+// new message id; for a dead letter holding several reservations, which
+// every release reads that way.
+func (q *Queue) ReplayParts(ctx context.Context, d DeadLetter, parts []Part) error {
+	for _, p := range parts {
+		msg := nats.NewMsg(SubjectPrefix + p.Reservation.SKU)
+		msg.Data = p.Data
+		setSchema(msg, "1")
+		if _, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("replay-%d-%d-%s", d.Seq, p.Index, p.Reservation.OrderID)),
+			jetstream.WithExpectStream(StreamName)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Unapplied returns the reservations of sku that the stream holds and the
 // consumer has not yet acknowledged, plus every dead letter of sku: the
 // reservations that may still be in flight. Used to rebuild Redis after it
@@ -200,7 +259,40 @@ func (q *Queue) Unapplied(ctx context.Context, sku string) ([]sale.Reservation, 
 	if err != nil {
 		return nil, err
 	}
-	return append(out, dead...), nil
+	out = append(out, dead...)
+	// A release before the schema header dead-letters a version 2 message
+	// whole under _malformed (and replays it there): its reservations are
+	// sku's too.
+	for _, at := range []struct {
+		st   jetstream.Stream
+		subj string
+		from uint64
+	}{{q.stream, SubjectPrefix + malformed, ci.AckFloor.Stream + 1}, {q.dlq, DeadLetterPrefix + malformed, 1}} {
+		if err := readMalformed(ctx, at.st, at.subj, at.from, func(_ string, r sale.Reservation) {
+			if r.SKU == sku {
+				out = append(out, r)
+			}
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// malformed is the subject suffix of what cannot name its SKU.
+const malformed = "_malformed"
+
+// readMalformed is readEach of subject, a _malformed one, read only when
+// it holds a message (a cheap look-up first: it almost never does).
+func readMalformed(ctx context.Context, st jetstream.Stream, subject string, from uint64, f func(subject string, r sale.Reservation)) error {
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return err
+	}
+	if info.State.Subjects[subject] == 0 {
+		return nil
+	}
+	return readEach(ctx, st, subject, from, f)
 }
 
 // UnappliedAll is Unapplied for every SKU at once, bucketed by SKU: the
@@ -216,6 +308,9 @@ func (q *Queue) UnappliedAll(ctx context.Context) (map[string][]sale.Reservation
 	out := map[string][]sale.Reservation{}
 	add := func(subject, prefix string, r sale.Reservation) {
 		sku := strings.TrimPrefix(subject, prefix)
+		if sku == malformed {
+			sku = r.SKU // see Unapplied
+		}
 		out[sku] = append(out[sku], r)
 	}
 	if err := readEach(ctx, q.stream, SubjectPrefix+"*", ci.AckFloor.Stream+1, func(subj string, r sale.Reservation) {
