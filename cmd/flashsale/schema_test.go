@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +35,9 @@ func TestPublishSchemaFollowsTheFleet(t *testing.T) {
 	}
 	url, prefix := testenv.Redis(t)
 	reg := fleet.New(testenv.RedisClient(t, url), prefix)
-	go publishSchema(ctx, q, reg, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var observed atomic.Int64
+	observed.Store(1)
+	go publishSchema(ctx, q, reg, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)), func(v int) { observed.Store(int64(v)) })
 
 	stays := func(want int, why string) {
 		t.Helper()
@@ -48,7 +51,7 @@ func TestPublishSchemaFollowsTheFleet(t *testing.T) {
 	becomes := func(want int, why string) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
-		for q.PublishSchema() != want {
+		for q.PublishSchema() != want || observed.Load() != int64(want) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: publishes schema %d, want %d", why, q.PublishSchema(), want)
 			}

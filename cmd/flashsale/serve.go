@@ -345,7 +345,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() { consumer.Run(wctx, a.queue.Consumer()) })
 	a.goRun(func() { a.relay.Run(wctx) })
 	if cfg.OrderSchema == orderqueue.SchemaBatch {
-		a.goRun(func() { publishSchema(wctx, a.queue, a.fleet, 2*time.Second, log) })
+		a.goRun(func() { publishSchema(wctx, a.queue, a.fleet, 2*time.Second, log, a.metrics.OrderSchema) })
 	}
 	a.goRun(func() { a.queue.RunEnsure(wctx, time.Second, log) })
 	a.goRun(func() { a.queue.RunRetention(wctx, retentionEvery(cfg.StreamRetention), log) })
@@ -667,7 +667,7 @@ func (a *app) sampleHistory(ctx context.Context, now time.Time) {
 // in the registry turns it off within a period of its first beat; releases
 // that do not beat at all are the operator's to rule out before setting
 // order-schema to 2 (docs/releasing.md).
-func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry, every time.Duration, log *slog.Logger) {
+func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry, every time.Duration, log *slog.Logger, observe func(int)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -685,6 +685,7 @@ func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry
 		}
 		if have := q.PublishSchema(); have != want {
 			q.SetPublishSchema(want)
+			observe(want)
 			log.Info("order stream: publishing schema version "+strconv.Itoa(want), "instances", len(in), "lacking", lacking, "err", err)
 		}
 		select {

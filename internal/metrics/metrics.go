@@ -26,6 +26,7 @@ type Metrics struct {
 	deadLetters  prometheus.Counter
 	// unknownVersion: no labels (the version is in the consumer's log).
 	unknownVersion prometheus.Counter
+	orderSchema    prometheus.Gauge
 	breaker        *prometheus.GaugeVec
 	breakerTrans   *prometheus.CounterVec
 	drift          *prometheus.GaugeVec
@@ -105,6 +106,12 @@ func New() *Metrics {
 		Help: "Deliveries of stream messages whose schema version this release does not know, left (nak'ed with a delay) for an instance that knows it; growing while any waits.",
 	})
 	r.MustRegister(m.unknownVersion)
+	m.orderSchema = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "flashsale_order_schema_published",
+		Help: "Schema version of the reservations this instance publishes on the order stream now: 1, or 2 (several per message) while FLASHSALE_ORDER_SCHEMA=2 and every instance reads it.",
+	})
+	m.orderSchema.Set(1)
+	r.MustRegister(m.orderSchema)
 	m.shadow = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashsale_shadow_decisions_total",
 		Help: "Live gate decisions this instance's shadow replayed with its own reserve script, by result: match or mismatch (FLASHSALE_SHADOW_SKUS).",
@@ -194,6 +201,9 @@ func (m *Metrics) Batch(size, applied, refused, dups int, d time.Duration, err e
 
 // DeadLettered counts one dead-lettered reservation.
 func (m *Metrics) DeadLettered() { m.deadLetters.Inc() }
+
+// OrderSchema records the schema version this instance publishes on the order stream.
+func (m *Metrics) OrderSchema(v int) { m.orderSchema.Set(float64(v)) }
 
 // UnknownVersion counts one delivery of a message of an unknown schema version.
 func (m *Metrics) UnknownVersion() { m.unknownVersion.Inc() }
