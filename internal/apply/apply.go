@@ -200,17 +200,26 @@ type Consumer struct {
 
 	mu        sync.Mutex
 	fails     map[string]failures // by order id: deterministic failures so far
-	deadParts map[partKey]time.Time
+	deadParts map[partKey]deadPart
 	outage    outage // batches held for an outage
 }
 
 // partKey names one reservation of a version 2 message: its stream
-// sequence and its index. Consumer.dead remembers those dead-lettered while
+// sequence and its index. Consumer.deadParts remembers those dead-lettered while
 // their message still waits for another's retry, so that a redelivery does
 // not dead-letter them again (dropped like fails).
 type partKey struct {
 	seq   uint64
 	index int
+}
+
+// deadPart is what Consumer.deadParts keeps of a dead-lettered
+// reservation: when, and its payload. A stream the broker lost and
+// re-created numbers its messages from 1 again: a reservation counts as
+// dead-lettered only when its payload is the same too.
+type deadPart struct {
+	at   time.Time
+	data string
 }
 
 // outage is the consumer's view of a database outage: how many batches are
@@ -233,7 +242,7 @@ const forgetAfter = 24 * time.Hour
 // New returns a consumer.
 func New(store Store, gate Closer, dead DeadLetters, log *slog.Logger, obs Observer, cfg Config) *Consumer {
 	return &Consumer{store: store, gate: gate, dead: dead, log: log, obs: obs, cfg: cfg.withDefaults(), fails: map[string]failures{},
-		deadParts: map[partKey]time.Time{}}
+		deadParts: map[partKey]deadPart{}}
 }
 
 // Run consumes from cons with the configured number of workers until ctx is done.
@@ -439,7 +448,7 @@ func (c *Consumer) open(ctx context.Context, b *batch, m jetstream.Msg) {
 	}
 	added := false
 	for _, p := range parts {
-		if p.Batched && b.ms[k].seq > 0 && c.deadAlready(partKey{b.ms[k].seq, p.Index}) {
+		if p.Batched && b.ms[k].seq > 0 && c.deadAlready(partKey{b.ms[k].seq, p.Index}, p.Data) {
 			b.ms[k].dead++ // dead-lettered on an earlier delivery
 			continue
 		}
@@ -494,11 +503,11 @@ func partSchema(msgSchema string, batched bool) string {
 
 // deadAlready reports whether the reservation k names was dead-lettered by
 // this process on an earlier delivery of its message.
-func (c *Consumer) deadAlready(k partKey) bool {
+func (c *Consumer) deadAlready(k partKey, data []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.deadParts[k]
-	return ok
+	d, ok := c.deadParts[k]
+	return ok && d.data == string(data)
 }
 
 // applyAll applies b's reservations in one transaction if it can, and
@@ -829,18 +838,18 @@ func (c *Consumer) failed(orderID string) int {
 
 // rememberDead records that the reservation k names is dead-lettered while
 // its message may still be delivered again.
-func (c *Consumer) rememberDead(k partKey) {
+func (c *Consumer) rememberDead(k partKey, data []byte) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.deadParts) >= 10_000 {
-		for p, at := range c.deadParts {
-			if now.Sub(at) > forgetAfter {
+		for p, d := range c.deadParts {
+			if now.Sub(d.at) > forgetAfter {
 				delete(c.deadParts, p)
 			}
 		}
 	}
-	c.deadParts[k] = now
+	c.deadParts[k] = deadPart{at: now, data: string(data)}
 }
 
 // settled forgets the failures of orders acked or dead-lettered.
@@ -885,7 +894,7 @@ func (c *Consumer) settleMsg(ctx context.Context, m jetstream.Msg, st msgState) 
 	return false
 }
 
-// forgetParts drops what Consumer.dead remembers of the version 2 message
+// forgetParts drops what Consumer.deadParts remembers of the version 2 message
 // at stream sequence seq (acked or terminated; 0: not one).
 func (c *Consumer) forgetParts(seq uint64) {
 	if seq == 0 {
@@ -911,7 +920,7 @@ func (c *Consumer) deadLetter(ctx context.Context, b *batch, k, part int, data [
 	}
 	c.settled(r.OrderID)
 	if part >= 0 && b.ms[k].seq > 0 {
-		c.rememberDead(partKey{b.ms[k].seq, part})
+		c.rememberDead(partKey{b.ms[k].seq, part}, data)
 	}
 	b.ms[k].dead++
 	b.ms[k].reason = reason

@@ -1,6 +1,7 @@
 package apply_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,6 +31,7 @@ type msg struct {
 	jetstream.Msg // nil: only the methods below are used
 	data          []byte
 	delivered     uint64
+	seq           uint64 // stream sequence
 	acked, termed bool
 	naks          int
 	progress      atomic.Int64 // in-progress acks (sent from the consumer's keep-alive goroutine)
@@ -39,7 +41,7 @@ func (m *msg) Data() []byte         { return m.data }
 func (m *msg) Headers() nats.Header { return nil }
 func (m *msg) Subject() string      { return "flashsale.orders.s" }
 func (m *msg) Metadata() (*jetstream.MsgMetadata, error) {
-	return &jetstream.MsgMetadata{NumDelivered: m.delivered}, nil
+	return &jetstream.MsgMetadata{NumDelivered: m.delivered, Sequence: jetstream.SequencePair{Stream: m.seq}}, nil
 }
 func (m *msg) Ack() error                       { m.acked = true; return nil }
 func (m *msg) NakWithDelay(time.Duration) error { m.naks++; return nil }
@@ -249,5 +251,64 @@ func TestSlowBatchKeptAlive(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // three ack waits: a leaked keep-alive would send more
 	if got := m.progress.Load(); got != n {
 		t.Errorf("in-progress acks after the ack: %d, want none", got-n)
+	}
+}
+
+// recordingStore applies every batch, recording the order ids, or fails
+// them all with err while it is set.
+type recordingStore struct {
+	err     error
+	applied []string
+}
+
+func (s *recordingStore) ApplyBatch(_ context.Context, rs []sale.Reservation) ([]orderstore.Outcome, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	out := make([]orderstore.Outcome, len(rs))
+	for i, r := range rs {
+		s.applied = append(s.applied, r.OrderID)
+		out[i] = orderstore.Outcome{OrderID: r.OrderID, Status: sale.StatusPendingPayment}
+	}
+	return out, nil
+}
+func (s *recordingStore) Ping(context.Context) error { return nil }
+
+// TestDeadPartRememberedByContent: a schema 2 message whose invalid
+// reservation was dead-lettered while another waits for a retry does not
+// dead-letter it again on its redelivery; and a message of a stream the
+// broker re-created, whose sequence numbers start again, at the same
+// sequence and index is not taken for it: its reservations are applied.
+func TestDeadPartRememberedByContent(t *testing.T) {
+	reset := fmt.Errorf("orderstore: apply batch: %w", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)})
+	res := func(n int) []byte {
+		b, _ := json.Marshal(sale.Reservation{OrderID: fmt.Sprintf("01890000-0000-7000-8000-%012d", n), SKU: "s", User: fmt.Sprintf("u%d", n), Quantity: 1, AcceptedAt: 1})
+		return b
+	}
+	batch := func(parts ...[]byte) []byte {
+		return []byte(`{"reservations":[` + string(bytes.Join(parts, []byte(","))) + `]}`)
+	}
+	st, dl := &recordingStore{err: reset}, &dead{}
+	c := apply.New(st, gate{}, dl, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, apply.Config{Backoff: []time.Duration{time.Millisecond}})
+
+	// Stream sequence 7: an invalid reservation and a valid one the
+	// database does not take yet.
+	first := &msg{data: batch([]byte(`{"sku_id":"s"}`), res(1)), seq: 7, delivered: 1}
+	c.Handle(context.Background(), []jetstream.Msg{first})
+	if dl.n != 1 || first.naks != 1 || first.acked {
+		t.Fatalf("first delivery: %d dead letters, %d naks, acked %v; want 1, 1, false", dl.n, first.naks, first.acked)
+	}
+	first.delivered = 2
+	c.Handle(context.Background(), []jetstream.Msg{first})
+	if dl.n != 1 || first.naks != 2 {
+		t.Fatalf("redelivery: %d dead letters, %d naks; want the invalid one not dead-lettered again, 2 naks", dl.n, first.naks)
+	}
+
+	// The broker lost the stream: a new message 7 with other reservations.
+	st.err = nil
+	again := &msg{data: batch(res(2), res(3)), seq: 7, delivered: 1}
+	c.Handle(context.Background(), []jetstream.Msg{again})
+	if !again.acked || len(st.applied) != 2 || dl.n != 1 {
+		t.Fatalf("new message 7: acked %v, applied %v, %d dead letters; want acked, both applied", again.acked, st.applied, dl.n)
 	}
 }
