@@ -220,14 +220,12 @@ func killBetweenGateAndStream(t *testing.T, schema string) {
 	if rep.LiveOrders != 50 || rep.DBStock != 0 {
 		t.Fatalf("after restart: %+v", rep)
 	}
-	// With schema 2 the restarted instance reads the killed one's fresh
-	// beat (the same release) at once, a second before its sweeper's
-	// first pass: the 50 go out together.
-	n := streamMessages(t, env["FLASHSALE_NATS_URL"])
-	t.Logf("schema %s: %d messages on the stream for 50 reservations", schema, n)
-	if schema == "2" && n >= 50 {
-		t.Errorf("schema 2: %d messages for 50 reservations, want fewer", n)
-	}
+	// With schema 2 the restarted instance usually reads the killed one's
+	// fresh beat (the same release) before its sweeper's first pass, and
+	// the 50 go out together; not asserted, since it is a race of one
+	// Redis read against a one-second tick (TestPublishSchema2Groups
+	// asserts the grouping).
+	t.Logf("schema %s: %d messages on the stream for 50 reservations", schema, streamMessages(t, env["FLASHSALE_NATS_URL"]))
 }
 
 // streamMessages returns how many messages the order stream at natsURL holds.

@@ -200,27 +200,30 @@ type Consumer struct {
 
 	mu        sync.Mutex
 	fails     map[string]failures // by order id: deterministic failures so far
-	deadParts map[partKey]deadPart
+	deadParts deadParts
 	outage    outage // batches held for an outage
 }
 
-// partKey names one reservation of a version 2 message: its stream
-// sequence and its index. Consumer.deadParts remembers those dead-lettered while
-// their message still waits for another's retry, so that a redelivery does
-// not dead-letter them again (dropped like fails).
-type partKey struct {
-	seq   uint64
-	index int
-}
+// deadParts remembers, by stream sequence and index, the reservations of
+// version 2 messages this process dead-lettered while their message still
+// waits for another's retry, so that a redelivery does not dead-letter them
+// again. Dropped when the message is acked or terminated here, or after
+// deadPartsFor without news (another instance may settle it).
+type deadParts map[uint64]map[int]deadPart
 
-// deadPart is what Consumer.deadParts keeps of a dead-lettered
-// reservation: when, and its payload. A stream the broker lost and
-// re-created numbers its messages from 1 again: a reservation counts as
-// dead-lettered only when its payload is the same too.
+// deadPart is what deadParts keeps of a dead-lettered reservation: when,
+// and its payload. A stream the broker lost and re-created numbers its
+// messages from 1 again: a reservation counts as dead-lettered only when
+// its payload is the same too.
 type deadPart struct {
 	at   time.Time
 	data string
 }
+
+// deadPartsFor is how long a dead-lettered reservation is remembered
+// without news: far longer than the longest retry delay, so a redelivery
+// finds it; short, so that what another instance settled goes.
+const deadPartsFor = 10 * time.Minute
 
 // outage is the consumer's view of a database outage: how many batches are
 // held waiting for the database, since when, and why (the last refusal).
@@ -242,7 +245,7 @@ const forgetAfter = 24 * time.Hour
 // New returns a consumer.
 func New(store Store, gate Closer, dead DeadLetters, log *slog.Logger, obs Observer, cfg Config) *Consumer {
 	return &Consumer{store: store, gate: gate, dead: dead, log: log, obs: obs, cfg: cfg.withDefaults(), fails: map[string]failures{},
-		deadParts: map[partKey]deadPart{}}
+		deadParts: deadParts{}}
 }
 
 // Run consumes from cons with the configured number of workers until ctx is done.
@@ -448,7 +451,7 @@ func (c *Consumer) open(ctx context.Context, b *batch, m jetstream.Msg) {
 	}
 	added := false
 	for _, p := range parts {
-		if p.Batched && b.ms[k].seq > 0 && c.deadAlready(partKey{b.ms[k].seq, p.Index}, p.Data) {
+		if p.Batched && b.ms[k].seq > 0 && c.deadAlready(b.ms[k].seq, p.Index, p.Data) {
 			b.ms[k].dead++ // dead-lettered on an earlier delivery
 			continue
 		}
@@ -503,10 +506,10 @@ func partSchema(msgSchema string, batched bool) string {
 
 // deadAlready reports whether the reservation k names was dead-lettered by
 // this process on an earlier delivery of its message.
-func (c *Consumer) deadAlready(k partKey, data []byte) bool {
+func (c *Consumer) deadAlready(seq uint64, index int, data []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d, ok := c.deadParts[k]
+	d, ok := c.deadParts[seq][index]
 	return ok && d.data == string(data)
 }
 
@@ -836,20 +839,29 @@ func (c *Consumer) failed(orderID string) int {
 	return f.n
 }
 
-// rememberDead records that the reservation k names is dead-lettered while
-// its message may still be delivered again.
-func (c *Consumer) rememberDead(k partKey, data []byte) {
+// rememberDead records that the reservation at index of the version 2
+// message at stream sequence seq is dead-lettered, while the message may
+// still be delivered again.
+func (c *Consumer) rememberDead(seq uint64, index int, data []byte) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.deadParts) >= 10_000 {
-		for p, d := range c.deadParts {
-			if now.Sub(d.at) > forgetAfter {
-				delete(c.deadParts, p)
+	if len(c.deadParts) >= 1_000 {
+		for s, ps := range c.deadParts {
+			for i, d := range ps {
+				if now.Sub(d.at) > deadPartsFor {
+					delete(ps, i)
+				}
+			}
+			if len(ps) == 0 {
+				delete(c.deadParts, s)
 			}
 		}
 	}
-	c.deadParts[k] = deadPart{at: now, data: string(data)}
+	if c.deadParts[seq] == nil {
+		c.deadParts[seq] = map[int]deadPart{}
+	}
+	c.deadParts[seq][index] = deadPart{at: now, data: string(data)}
 }
 
 // settled forgets the failures of orders acked or dead-lettered.
@@ -901,12 +913,8 @@ func (c *Consumer) forgetParts(seq uint64) {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k := range c.deadParts {
-		if k.seq == seq {
-			delete(c.deadParts, k)
-		}
-	}
+	delete(c.deadParts, seq)
+	c.mu.Unlock()
 }
 
 // deadLetter copies one reservation of b.msgs[k] (data, of version
@@ -920,7 +928,7 @@ func (c *Consumer) deadLetter(ctx context.Context, b *batch, k, part int, data [
 	}
 	c.settled(r.OrderID)
 	if part >= 0 && b.ms[k].seq > 0 {
-		c.rememberDead(partKey{b.ms[k].seq, part}, data)
+		c.rememberDead(b.ms[k].seq, part, data)
 	}
 	b.ms[k].dead++
 	b.ms[k].reason = reason

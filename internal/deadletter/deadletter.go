@@ -77,7 +77,14 @@ type Action struct {
 	// (a version 2 message a release before the schema header
 	// dead-lettered whole); OrderID is then the first.
 	OrderIDs []string `json:"order_ids,omitempty"`
+	// Malformed counts the reservations of such a dead letter that could
+	// not be read: they went with it (no units can be attributed to them).
+	Malformed int `json:"malformed,omitempty"`
 }
+
+// ErrUnknownSchema: the dead letter is of a schema version this release
+// does not read (a newer release wrote it); nothing was done with it.
+var ErrUnknownSchema = orderqueue.ErrUnknownSchema
 
 // Replay sends the reservation back to the order stream and removes the
 // dead letter. Safe to repeat: the database applies a reservation once.
@@ -86,11 +93,14 @@ func (s *Service) Replay(ctx context.Context, seq uint64) (Action, error) {
 	if err != nil {
 		return Action{}, err
 	}
-	parts, err := d.Parts()
+	parts, invalid, err := d.Parts()
+	if errors.Is(err, ErrUnknownSchema) {
+		return Action{}, err
+	}
 	if err != nil {
 		return Action{}, fmt.Errorf("%w: dead letter %d cannot be replayed (malformed); discard it", sale.ErrInvalid, seq)
 	}
-	a := Action{Seq: seq, OrderID: d.OrderID, Action: "replayed"}
+	a := Action{Seq: seq, OrderID: d.OrderID, Action: "replayed", Malformed: invalid}
 	if parts[0].Batched {
 		err = s.q.ReplayParts(ctx, d, parts)
 		a.OrderID, a.OrderIDs = parts[0].Reservation.OrderID, orderIDs(parts)
@@ -125,7 +135,10 @@ func (s *Service) Discard(ctx context.Context, seq uint64) (Action, error) {
 	if err != nil {
 		return Action{}, err
 	}
-	parts, perr := d.Parts()
+	parts, invalid, perr := d.Parts()
+	if errors.Is(perr, ErrUnknownSchema) {
+		return Action{}, perr
+	}
 	if perr != nil {
 		// Nothing decodable: no units can be attributed to it.
 		if err := s.q.DeleteDeadLetter(ctx, seq); err != nil {
@@ -133,7 +146,7 @@ func (s *Service) Discard(ctx context.Context, seq uint64) (Action, error) {
 		}
 		return Action{Seq: seq, OrderID: d.OrderID, Action: "dropped_malformed"}, nil
 	}
-	a := Action{Seq: seq, OrderID: parts[0].Reservation.OrderID, Action: "discarded"}
+	a := Action{Seq: seq, OrderID: parts[0].Reservation.OrderID, Action: "discarded", Malformed: invalid}
 	if parts[0].Batched {
 		a.OrderIDs = orderIDs(parts)
 	}

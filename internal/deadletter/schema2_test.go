@@ -2,6 +2,7 @@ package deadletter_test
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flashsale/flashsale/internal/deadletter"
 	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/sale"
 )
@@ -99,13 +101,19 @@ func TestWholeSchema2DeadLetter(t *testing.T) {
 
 	discarded, dps := admit(2)
 	before := e.available(t, "w")
-	seq = deadLetterWhole(dps)
+	seq = deadLetterWhole(append(dps, []byte(`{"sku_id":"w"}`)))
 	a, err = e.svc.Discard(ctx, seq)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Action != "discarded" || a.UnitsReturned != 3 || len(a.OrderIDs) != 2 {
-		t.Errorf("discard = %+v, want discarded, 3 units back, 2 orders", a)
+	if a.Action != "discarded" || a.UnitsReturned != 3 || len(a.OrderIDs) != 2 || a.Malformed != 1 {
+		t.Errorf("discard = %+v, want discarded, 3 units back, 2 orders, 1 malformed", a)
+	}
+	// Interrupted after the database and the gate, before the dead
+	// letter's removal, and done again: nothing is given back twice.
+	seq = deadLetterWhole(dps)
+	if a, err := e.svc.Discard(ctx, seq); err != nil || a.UnitsReturned != 0 || a.Action != "discarded" {
+		t.Errorf("discard again = %+v, %v; want discarded, 0 units back", a, err)
 	}
 	if got := e.available(t, "w"); got != before+3 {
 		t.Errorf("available %d after the discard, want %d", got, before+3)
@@ -118,5 +126,24 @@ func TestWholeSchema2DeadLetter(t *testing.T) {
 	}
 	if n, err := e.q.DeadLetterCount(ctx); err != nil || n != 0 {
 		t.Errorf("%d dead letters left, %v", n, err)
+	}
+
+	// A dead letter of a version this release does not read (a newer
+	// release's) is left as it is.
+	m := nats.NewMsg(orderqueue.DeadLetterPrefix + "w")
+	m.Data = rps[0]
+	m.Header.Set(orderqueue.SchemaHeader, "3")
+	ack, err := e.q.JetStream().PublishMsg(ctx, m, jetstream.WithExpectStream(orderqueue.DeadLetterStream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Replay(ctx, ack.Sequence); !errors.Is(err, deadletter.ErrUnknownSchema) {
+		t.Errorf("replay of a version 3 dead letter: %v, want ErrUnknownSchema", err)
+	}
+	if _, err := e.svc.Discard(ctx, ack.Sequence); !errors.Is(err, deadletter.ErrUnknownSchema) {
+		t.Errorf("discard of a version 3 dead letter: %v, want ErrUnknownSchema", err)
+	}
+	if n, err := e.q.DeadLetterCount(ctx); err != nil || n != 1 {
+		t.Errorf("%d dead letters left, %v; want the version 3 one", n, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashsale/flashsale/internal/deadletter"
 	"github.com/flashsale/flashsale/internal/room"
 	"github.com/flashsale/flashsale/internal/sale"
 	"github.com/flashsale/flashsale/internal/ticket"
@@ -41,6 +42,7 @@ var errorCodes = []struct {
 	{ticket.ErrNotRequired, http.StatusConflict, "ticket_not_required", "This sale needs no ticket."},
 	{sale.ErrTicketRequired, http.StatusForbidden, "ticket_required", "This sale needs a valid ticket: solve its challenge first."},
 	{sale.ErrNotAdmitted, http.StatusForbidden, "not_admitted", "This sale has a waiting room: buy once it admits you."},
+	{deadletter.ErrUnknownSchema, http.StatusConflict, "dead_letter_schema_unknown", "The dead letter is of a schema version this release does not read: replay or discard it with a release that does; nothing was changed."},
 	{errFleetNotReady, http.StatusConflict, "fleet_not_ready", "An instance runs a release that does not enforce tickets or waiting rooms; nothing was changed."},
 	{errNoWaitingRoom, http.StatusConflict, "no_waiting_room", "This sale has no waiting room: buy directly."},
 	{room.ErrNotInQueue, http.StatusNotFound, "not_in_queue", "You have not joined this sale's waiting room: join it first (POST)."},

@@ -53,37 +53,37 @@ func (d DeadLetter) Reservation() (sale.Reservation, error) {
 
 // Parts decodes what the dead letter holds: one reservation, or the
 // reservations of a version 2 message that a release before the schema
-// header dead-lettered whole (see DecodeV1OrBatch). Only valid ones are
-// returned; an error when there is none.
-func (d DeadLetter) Parts() ([]Part, error) {
+// header dead-lettered whole (see DecodeV1OrBatch). It returns the valid
+// ones and how many others it holds that cannot be read; an error when
+// there is no valid one (ErrUnknownSchema, wrapped, for a version this
+// release does not read: a newer release's to handle).
+func (d DeadLetter) Parts() (parts []Part, invalid int, err error) {
 	v, ok := SchemaOf(nats.Header{SchemaHeader: []string{d.Schema}})
 	if !ok {
-		return nil, fmt.Errorf("%w: dead letter %d: schema %q", sale.ErrInvalid, d.Seq, d.Schema)
+		return nil, 0, fmt.Errorf("%w: dead letter %d: schema %q", sale.ErrInvalid, d.Seq, d.Schema)
 	}
-	parts, err := Decode(v, d.Data)
+	all, err := Decode(v, d.Data)
+	if errors.Is(err, ErrUnknownSchema) {
+		return nil, 0, fmt.Errorf("dead letter %d is of schema version %d: %w", d.Seq, v, ErrUnknownSchema)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: dead letter %d: %v", sale.ErrInvalid, d.Seq, err)
+		return nil, 0, fmt.Errorf("%w: dead letter %d: %v", sale.ErrInvalid, d.Seq, err)
 	}
-	var out []Part
 	var first error
-	for _, p := range parts {
+	for _, p := range all {
 		if p.Err != nil {
-			first = cmpOr(first, p.Err)
+			invalid++
+			if first == nil {
+				first = p.Err
+			}
 			continue
 		}
-		out = append(out, p)
+		parts = append(parts, p)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: dead letter %d: %v", sale.ErrInvalid, d.Seq, first)
+	if len(parts) == 0 {
+		return nil, invalid, fmt.Errorf("%w: dead letter %d: %v", sale.ErrInvalid, d.Seq, first)
 	}
-	return out, nil
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return parts, invalid, nil
 }
 
 // ErrNoDeadLetter is returned when no dead letter has the sequence number.
