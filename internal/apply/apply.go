@@ -59,6 +59,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -127,22 +128,25 @@ type Config struct {
 	UnknownDelay time.Duration
 }
 
-// Decoder turns a message payload of one schema version into the
-// reservations it carries (orderqueue.Part: each with its own version 1
-// payload, and its decoding or validation error). An error means the
-// payload as a whole cannot be read: the message is dead-lettered whole.
-type Decoder func(data []byte) ([]orderqueue.Part, error)
+// Decoder turns a message payload of one schema version (and its
+// headers) into the reservations it carries (orderqueue.Part: each with its
+// own version 1 payload, and its decoding or validation error). An error
+// means the payload as a whole cannot be read: the message is
+// dead-lettered whole.
+type Decoder func(data []byte, h nats.Header) ([]orderqueue.Part, error)
 
 // DecodeV1 decodes schema version 1: one JSON sale.Reservation (or what a
 // version 2 payload carries that a release before the schema header
 // dead-lettered whole and replayed: orderqueue.DecodeV1OrBatch).
-func DecodeV1(data []byte) ([]orderqueue.Part, error) {
+func DecodeV1(data []byte, _ nats.Header) ([]orderqueue.Part, error) {
 	return orderqueue.DecodeV1OrBatch(data), nil
 }
 
-// DecodeV2 decodes schema version 2: several reservations of one SKU
-// (orderqueue.SchemaBatch).
-func DecodeV2(data []byte) ([]orderqueue.Part, error) { return orderqueue.DecodeBatch(data) }
+// DecodeV2 decodes schema version 2: several reservations of one SKU, one
+// per line (orderqueue.SchemaBatch).
+func DecodeV2(data []byte, h nats.Header) ([]orderqueue.Part, error) {
+	return orderqueue.DecodeBatch(data, h.Get(orderqueue.HeaderTraces))
+}
 
 // DefaultSchemas returns the versions this release reads: 1 and 2.
 func DefaultSchemas() map[int]Decoder {
@@ -435,7 +439,7 @@ func (c *Consumer) open(ctx context.Context, b *batch, m jetstream.Msg) {
 	k := len(b.msgs)
 	b.msgs = append(b.msgs, m)
 	b.ms = append(b.ms, msgState{schema: m.Headers().Get(orderqueue.SchemaHeader)})
-	parts, err := decode(m.Data())
+	parts, err := decode(m.Data(), m.Headers())
 	if err != nil {
 		c.log.Error("consumer: malformed message", "subject", m.Subject(), "err", err)
 		b.ms[k].units = 1

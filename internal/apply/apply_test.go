@@ -286,7 +286,7 @@ func TestDeadPartRememberedByContent(t *testing.T) {
 		return b
 	}
 	batch := func(parts ...[]byte) []byte {
-		return []byte(`{"reservations":[` + string(bytes.Join(parts, []byte(","))) + `]}`)
+		return bytes.Join(parts, []byte("\n"))
 	}
 	st, dl := &recordingStore{err: reset}, &dead{}
 	c := apply.New(st, gate{}, dl, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, apply.Config{Backoff: []time.Duration{time.Millisecond}})

@@ -324,7 +324,7 @@ func TestHeaderlessSchema2Applied(t *testing.T) {
 	b := sale.Reservation{OrderID: "01890000-0000-7000-8000-000000000002", SKU: "s", User: "b", Quantity: 2, AcceptedAt: 1}
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
-	if _, err := q.JetStream().Publish(ctx, orderqueue.SubjectPrefix+"_malformed", []byte(`{"reservations":[`+string(ja)+`,`+string(jb)+`]}`)); err != nil {
+	if _, err := q.JetStream().Publish(ctx, orderqueue.SubjectPrefix+"_malformed", []byte(string(ja)+"\n"+string(jb))); err != nil {
 		t.Fatal(err)
 	}
 	st := &countingStore{applied: map[string]int{}}

@@ -46,7 +46,7 @@ func TestWholeSchema2DeadLetter(t *testing.T) {
 	// deadLetterWhole writes the dead letter the older release writes.
 	deadLetterWhole := func(ps [][]byte) uint64 {
 		m := nats.NewMsg(orderqueue.DeadLetterPrefix + "_malformed")
-		m.Data = append(append([]byte(`{"reservations":[`), bytes.Join(ps, []byte(","))...), ']', '}')
+		m.Data = bytes.Join(ps, []byte("\n"))
 		m.Header.Set("Flashsale-Reason", "malformed: bad user_id")
 		m.Header.Set("Flashsale-Order-Id", "")
 		ack, err := e.q.JetStream().PublishMsg(ctx, m, jetstream.WithExpectStream(orderqueue.DeadLetterStream))

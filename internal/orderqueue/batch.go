@@ -6,22 +6,23 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/flashsale/flashsale/internal/sale"
 )
 
 // SchemaBatch is the order stream's schema version 2: one message carries
-// several reservations of one SKU, a JSON object
+// several reservations of one SKU, their version 1 payloads (each a JSON
+// sale.Reservation as the gate's outbox holds it, which never holds a
+// newline) one per line:
 //
-//	{"reservations": [<version 1 payload>, ...], "traces": [{"traceparent": ...} or null, ...]}
+//	<version 1 payload>\n<version 1 payload>\n...
 //
-// each element of reservations being a version 1 payload (a JSON
-// sale.Reservation) as the gate's outbox holds it, traces (absent when no
-// reservation of the message was traced) aligned with it. A message costs
-// the broker and both clients the same whether it carries one reservation
-// or fifty: batching them is what brings the stream's share of a purchase
-// down (docs/performance.md).
+// with the headers HeaderCount (how many) and, when any of them was traced,
+// HeaderTraces. A message costs the broker and both clients the same
+// whether it carries one reservation or fifty: batching them is what brings
+// the stream's share of a purchase down (docs/performance.md). Lines keep
+// each reservation's bytes apart: reading one costs what a version 1
+// message costs, and a damaged line spoils only its own reservation.
 //
 // The consumer decides each reservation of a message on its own (applied,
 // refused, or dead-lettered alone as a version 1 dead letter) and acks the
@@ -37,15 +38,16 @@ const (
 	maxBatchBytes = 256 << 10
 )
 
-// HeaderCount names the number of reservations a version 2 message carries,
-// so that the consumer sizes its batches in reservations without decoding.
-const HeaderCount = "Flashsale-Count"
-
-// batchV2 is the version 2 payload, as decoded.
-type batchV2 struct {
-	Reservations []json.RawMessage   `json:"reservations"`
-	Traces       []map[string]string `json:"traces,omitempty"`
-}
+// Headers of a version 2 message.
+const (
+	// HeaderCount names the number of reservations it carries, so that
+	// the consumer sizes its batches in reservations without decoding.
+	HeaderCount = "Flashsale-Count"
+	// HeaderTraces holds, when any of its reservations was traced, a JSON
+	// array aligned with its lines: each purchase's W3C trace context
+	// ({"traceparent": ..., "tracestate": ...}) or null.
+	HeaderTraces = "Flashsale-Traces"
+)
 
 // Part is one reservation a message carries: its version 1 payload, its
 // purchase's trace context (nil: none), and the reservation decoded from
@@ -56,8 +58,8 @@ type Part struct {
 	Reservation sale.Reservation
 	Err         error
 	// Batched is set for a reservation taken out of a version 2 payload
-	// (Index its position there): its dead letter is a version 1 one of
-	// its own.
+	// (Index its line there): its dead letter is a version 1 one of its
+	// own.
 	Batched bool
 	Index   int
 }
@@ -80,26 +82,32 @@ func DecodeV1(data []byte) Part {
 	return p
 }
 
-// DecodeBatch decodes a version 2 payload into its parts. An error means
-// the envelope itself is not version 2 (nothing in it can be trusted); a
-// part that does not decode or validate carries its own Err.
-func DecodeBatch(data []byte) ([]Part, error) {
-	var b batchV2
-	if err := json.Unmarshal(data, &b); err != nil {
-		return nil, fmt.Errorf("schema 2: %w", err)
-	}
-	if len(b.Reservations) == 0 {
+// DecodeBatch decodes a version 2 payload into its parts, one per line;
+// traces is its HeaderTraces ("" for none; one that does not match its
+// lines is ignored: traces are not worth a reservation). An error only for
+// an empty payload; a line that does not decode or validate carries its own
+// Err.
+func DecodeBatch(data []byte, traces string) ([]Part, error) {
+	if len(data) == 0 {
 		return nil, errors.New("schema 2: no reservations")
 	}
-	if b.Traces != nil && len(b.Traces) != len(b.Reservations) {
-		return nil, fmt.Errorf("schema 2: %d traces for %d reservations", len(b.Traces), len(b.Reservations))
-	}
-	parts := make([]Part, len(b.Reservations))
-	for i, raw := range b.Reservations {
-		parts[i] = DecodeV1(raw)
+	lines := bytes.Split(data, []byte{'\n'})
+	parts := make([]Part, len(lines))
+	for i, line := range lines {
+		parts[i] = DecodeV1(line)
+		if len(line) == 0 {
+			parts[i].Err = errors.New("schema 2: an empty line")
+		}
 		parts[i].Batched, parts[i].Index = true, i
-		if b.Traces != nil {
-			parts[i].Trace = b.Traces[i]
+	}
+	if traces != "" {
+		var ts []map[string]string
+		if json.Unmarshal([]byte(traces), &ts) == nil && len(ts) == len(parts) {
+			for i, t := range ts {
+				if len(t) > 0 {
+					parts[i].Trace = t
+				}
+			}
 		}
 	}
 	return parts, nil
@@ -109,13 +117,13 @@ func DecodeBatch(data []byte) ([]Part, error) {
 var ErrUnknownSchema = errors.New("orderqueue: unknown schema version")
 
 // Decode decodes a payload of version v (1 or 2) into its parts (see
-// DecodeBatch; version 1 has one).
-func Decode(v int, data []byte) ([]Part, error) {
+// DecodeBatch, traces its HeaderTraces; version 1 has one).
+func Decode(v int, data []byte, traces string) ([]Part, error) {
 	switch v {
 	case 1:
 		return DecodeV1OrBatch(data), nil
 	case SchemaBatch:
-		return DecodeBatch(data)
+		return DecodeBatch(data, traces)
 	}
 	return nil, ErrUnknownSchema
 }
@@ -129,50 +137,52 @@ func Decode(v int, data []byte) ([]Part, error) {
 // nothing in it is lost or counted as free.
 func DecodeV1OrBatch(data []byte) []Part {
 	p := DecodeV1(data)
-	if p.Err == nil || !bytes.Contains(data, []byte(`"reservations"`)) {
+	if p.Err == nil || bytes.IndexByte(data, '\n') < 0 {
 		return []Part{p}
 	}
-	if parts, err := DecodeBatch(data); err == nil {
-		return parts
+	// Lines, if any of them is a reservation: a broken version 1 payload
+	// that happens to span lines stays one malformed reservation.
+	if parts, err := DecodeBatch(data, ""); err == nil {
+		for _, bp := range parts {
+			if bp.Err == nil {
+				return parts
+			}
+		}
 	}
 	return []Part{p}
 }
 
-// encodeBatch returns the version 2 payload of msgs (one SKU's, each Data a
-// version 1 payload that json.Valid accepts) and its de-duplication id: a
-// digest of the order ids, so that the same reservations sent again as one
-// message are dropped by the broker, and different ones never are.
-func encodeBatch(msgs []Message) (data []byte, id string) {
-	n := len(`{"reservations":[]}`)
+// encodeBatch returns the version 2 payload of msgs (one SKU's, each Data
+// a version 1 payload without a newline), its HeaderTraces ("" when none is
+// traced) and its de-duplication id: a digest of the order ids, so that the
+// same reservations sent again as one message are dropped by the broker,
+// and different ones never are.
+func encodeBatch(msgs []Message) (data []byte, traces, id string) {
+	n := 0
 	traced := false
 	for _, m := range msgs {
 		n += len(m.Data) + 1
 		traced = traced || len(m.Trace) > 0
 	}
-	var buf bytes.Buffer
-	buf.Grow(n)
-	buf.WriteString(`{"reservations":[`)
+	data = make([]byte, 0, n)
 	h := sha256.New()
 	for i, m := range msgs {
 		if i > 0 {
-			buf.WriteByte(',')
+			data = append(data, '\n')
 		}
-		buf.Write(m.Data)
+		data = append(data, m.Data...)
 		h.Write([]byte(m.ID))
 		h.Write([]byte{0})
 	}
-	buf.WriteByte(']')
 	if traced {
-		traces := make([]map[string]string, len(msgs))
+		ts := make([]map[string]string, len(msgs))
 		for i, m := range msgs {
 			if len(m.Trace) > 0 {
-				traces[i] = m.Trace
+				ts[i] = m.Trace
 			}
 		}
-		b, _ := json.Marshal(traces) // a slice of string maps always encodes
-		buf.WriteString(`,"traces":`)
-		buf.Write(b)
+		b, _ := json.Marshal(ts) // a slice of string maps always encodes
+		traces = string(b)
 	}
-	buf.WriteByte('}')
-	return buf.Bytes(), "b2-" + hex.EncodeToString(h.Sum(nil)[:16])
+	return data, traces, "b2-" + hex.EncodeToString(h.Sum(nil)[:16])
 }

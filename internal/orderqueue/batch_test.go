@@ -36,7 +36,10 @@ func TestPublishSchema2Groups(t *testing.T) {
 		}
 		msgs = append(msgs, message(r))
 		want[r.OrderID] = r
-		if i == 70 {
+		switch i {
+		case 70: // not one line: alone, as version 1
+			msgs = append(msgs, orderqueue.Message{ID: "lines", SKU: "k", Data: []byte("{\"order_id\":\"x\",\n\"sku_id\":\"k\"}")})
+		case 100: // one line, not JSON: rides along, and fails alone when read
 			msgs = append(msgs, orderqueue.Message{ID: "not-json", SKU: "k", Data: []byte(`{"order_id":`)})
 		}
 	}
@@ -47,7 +50,8 @@ func TestPublishSchema2Groups(t *testing.T) {
 	msgs[5].Trace = map[string]string{"traceparent": tp}
 	publishAll(t, q, msgs...)
 
-	// k: 64 + 64, the broken payload alone, k's last 12, j alone: 5 messages.
+	// k: 64 + 64 (the line that is not JSON in the second), the payload of
+	// two lines alone, k's last 13, j alone: 5 messages.
 	if st := stats(t, q); st.Messages != 5 {
 		t.Fatalf("stream holds %d messages, want 5", st.Messages)
 	}
@@ -61,14 +65,14 @@ func TestPublishSchema2Groups(t *testing.T) {
 		if !ok {
 			t.Fatalf("message %s: no schema", m.Subject())
 		}
-		parts, err := orderqueue.Decode(v, m.Data())
+		parts, err := orderqueue.Decode(v, m.Data(), m.Headers().Get(orderqueue.HeaderTraces))
 		if err != nil {
 			t.Fatalf("message %s: %v", m.Subject(), err)
 		}
 		for _, p := range parts {
 			if p.Err != nil {
-				if string(p.Data) != `{"order_id":` {
-					t.Errorf("part %s: %v", p.Data, p.Err)
+				if d := string(p.Data); d != `{"order_id":` && d != "{\"order_id\":\"x\",\n\"sku_id\":\"k\"}" {
+					t.Errorf("part %q: %v", p.Data, p.Err)
 				}
 				continue
 			}
@@ -92,7 +96,7 @@ func TestPublishSchema2Groups(t *testing.T) {
 	if w := []string{"2", "2", "1", "2", "1"}; !slices.Equal(schemas, w) {
 		t.Errorf("schemas %v, want %v", schemas, w)
 	}
-	if w := []string{strconv.Itoa(orderqueue.MaxBatch), strconv.Itoa(orderqueue.MaxBatch), "", "12", ""}; !slices.Equal(counts, w) {
+	if w := []string{strconv.Itoa(orderqueue.MaxBatch), strconv.Itoa(orderqueue.MaxBatch), "", "13", ""}; !slices.Equal(counts, w) {
 		t.Errorf("counts %v, want %v", counts, w)
 	}
 
@@ -138,31 +142,46 @@ func TestPublishSchema1Unchanged(t *testing.T) {
 }
 
 // TestDecodeBatch: the version 2 payload's reading, with what a damaged
-// one gives.
+// one gives: a damaged line spoils only its own reservation, traces that do
+// not match the lines are ignored.
 func TestDecodeBatch(t *testing.T) {
 	a, b := resv("k", 1), resv("k", 2)
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
-	good := `{"reservations":[` + string(ja) + `,{"order_id":"x"},` + string(jb) + `],"traces":[null,null,{"traceparent":"t"}]}`
-	parts, err := orderqueue.DecodeBatch([]byte(good))
-	if err != nil || len(parts) != 3 {
+	data := []byte(string(ja) + "\n" + `{"order_id":"x"}` + "\n" + string(jb) + "\n" + `{"order_`)
+	parts, err := orderqueue.DecodeBatch(data, `[null,null,{"traceparent":"t"},null]`)
+	if err != nil || len(parts) != 4 {
 		t.Fatalf("DecodeBatch = %d parts, %v", len(parts), err)
 	}
-	if parts[0].Err != nil || parts[0].Reservation != a || string(parts[0].Data) != string(ja) || parts[0].Trace != nil {
+	if parts[0].Err != nil || parts[0].Reservation != a || string(parts[0].Data) != string(ja) || parts[0].Trace != nil || !parts[0].Batched || parts[0].Index != 0 {
 		t.Errorf("part 0 = %+v", parts[0])
 	}
-	if parts[1].Err == nil {
-		t.Errorf("part 1 (no sku, user, quantity) decoded without error")
+	if parts[1].Err == nil || parts[3].Err == nil {
+		t.Errorf("parts 1 (no sku, user, quantity) and 3 (cut short) decoded without error: %+v, %+v", parts[1], parts[3])
 	}
-	if parts[2].Err != nil || parts[2].Reservation != b || parts[2].Trace.Get("traceparent") != "t" {
+	if parts[2].Err != nil || parts[2].Reservation != b || parts[2].Trace.Get("traceparent") != "t" || parts[2].Index != 2 {
 		t.Errorf("part 2 = %+v", parts[2])
 	}
-	for _, bad := range []string{``, `[]`, `{"reservations":[]}`, `{"reservations":[` + string(ja) + `],"traces":[]}`, string(ja)} {
-		if _, err := orderqueue.DecodeBatch([]byte(bad)); err == nil {
-			t.Errorf("DecodeBatch(%q) = nil error", bad)
-		}
+	if parts, err := orderqueue.DecodeBatch(data, `[{"traceparent":"t"}]`); err != nil || parts[0].Trace != nil {
+		t.Errorf("traces of the wrong length: %v, trace %v; want ignored", err, parts[0].Trace)
 	}
-	if _, err := orderqueue.Decode(3, ja); err != orderqueue.ErrUnknownSchema {
+	if parts, err := orderqueue.DecodeBatch([]byte(string(ja)+"\n\n"+string(jb)), ""); err != nil || len(parts) != 3 || parts[1].Err == nil {
+		t.Errorf("an empty line: %v, %+v; want 3 parts, the middle one failing", err, parts)
+	}
+	if _, err := orderqueue.DecodeBatch(nil, ""); err == nil {
+		t.Errorf("DecodeBatch of nothing = nil error")
+	}
+	if _, err := orderqueue.Decode(3, ja, ""); err != orderqueue.ErrUnknownSchema {
 		t.Errorf("Decode(3) = %v, want ErrUnknownSchema", err)
+	}
+	// Version 1 (or no header): a payload of several lines is read as a
+	// version 2 one only when a line is a reservation.
+	if got := orderqueue.DecodeV1OrBatch([]byte(string(ja) + "\n" + string(jb))); len(got) != 2 || got[1].Reservation != b {
+		t.Errorf("DecodeV1OrBatch of two lines = %+v", got)
+	}
+	for _, one := range [][]byte{ja, []byte("{\"order_id\":\"x\",\n\"sku_id\":\"k\"}")} {
+		if got := orderqueue.DecodeV1OrBatch(one); len(got) != 1 || got[0].Batched || string(got[0].Data) != string(one) {
+			t.Errorf("DecodeV1OrBatch(%q) = %+v, want it as one version 1 payload", one, got)
+		}
 	}
 }

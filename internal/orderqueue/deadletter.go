@@ -62,7 +62,7 @@ func (d DeadLetter) Parts() (parts []Part, invalid int, err error) {
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: dead letter %d: schema %q", sale.ErrInvalid, d.Seq, d.Schema)
 	}
-	all, err := Decode(v, d.Data)
+	all, err := Decode(v, d.Data, "")
 	if errors.Is(err, ErrUnknownSchema) {
 		return nil, 0, fmt.Errorf("dead letter %d is of schema version %d: %w", d.Seq, v, ErrUnknownSchema)
 	}
@@ -402,7 +402,7 @@ func readEach(ctx context.Context, st jetstream.Stream, subject string, from uin
 			// a version 2 message would count its reservations' units
 			// as free.
 			if v, ok := SchemaOf(m.Headers()); ok {
-				parts, _ := Decode(v, m.Data())
+				parts, _ := Decode(v, m.Data(), "")
 				for _, p := range parts {
 					if p.Err == nil {
 						f(m.Subject(), p.Reservation)

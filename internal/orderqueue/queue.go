@@ -5,8 +5,8 @@
 package orderqueue
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -279,22 +279,24 @@ type Message struct {
 //
 // While the queue publishes schema version 2 (SetPublishSchema), the
 // reservations of one SKU go out together, up to MaxBatch in one message
-// (see SchemaBatch); a reservation alone, or one whose payload is not JSON
-// (it must not spoil the others' message), goes out as version 1.
+// (see SchemaBatch); a reservation alone, or one whose payload is not one
+// line, goes out as version 1.
 func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 	errs := make([]error, len(msgs))
 	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
 	// of[k] lists the indices in msgs that futs[k] carries (nil: one, k's
 	// own in msgs order when not batching).
 	var of [][]int
-	send := func(idx []int, data []byte, id, schema, count string, trace map[string]string, sku string) {
-		msg := &nats.Msg{Subject: SubjectPrefix + sale.SKUOfBucket(sku), Data: data, Header: make(nats.Header, len(trace)+2)}
+	send := func(idx []int, data []byte, id string, trace map[string]string, sku string, header ...string) {
+		msg := &nats.Msg{Subject: SubjectPrefix + sale.SKUOfBucket(sku), Data: data, Header: make(nats.Header, len(trace)+len(header)/2+1)}
 		for k, v := range trace {
 			msg.Header[k] = []string{v} // exact (lower-case) W3C names
 		}
-		setSchema(msg, schema)
-		if count != "" {
-			msg.Header.Set(HeaderCount, count)
+		setSchema(msg, "")
+		for i := 0; i+1 < len(header); i += 2 {
+			if header[i+1] != "" {
+				msg.Header.Set(header[i], header[i+1])
+			}
 		}
 		f, err := q.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(StreamName))
 		for _, i := range idx {
@@ -307,19 +309,20 @@ func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 		for _, g := range groups(msgs) {
 			if len(g) == 1 {
 				m := msgs[g[0]]
-				send(g, m.Data, m.ID, "", "", m.Trace, m.SKU)
+				send(g, m.Data, m.ID, m.Trace, m.SKU)
 				continue
 			}
 			part := make([]Message, len(g))
 			for j, i := range g {
 				part[j] = msgs[i]
 			}
-			data, id := encodeBatch(part)
-			send(g, data, id, strconv.Itoa(SchemaBatch), strconv.Itoa(len(g)), nil, part[0].SKU)
+			data, traces, id := encodeBatch(part)
+			send(g, data, id, nil, part[0].SKU, SchemaHeader, strconv.Itoa(SchemaBatch),
+				HeaderCount, strconv.Itoa(len(g)), HeaderTraces, traces)
 		}
 	} else {
 		for i, m := range msgs {
-			send([]int{i}, m.Data, m.ID, "", "", m.Trace, m.SKU)
+			send([]int{i}, m.Data, m.ID, m.Trace, m.SKU)
 		}
 	}
 	for k, f := range futs {
@@ -343,13 +346,14 @@ func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 
 // groups splits msgs (by index) into the messages of a version 2 publish:
 // by subject, in order, at most MaxBatch reservations and maxBatchBytes of
-// payload each; a payload that is not JSON is a group of its own.
+// payload each; a payload that is empty or holds a newline (it would not be
+// one line) is a group of its own.
 func groups(msgs []Message) [][]int {
 	var out [][]int
 	open := map[string]int{} // subject -> index in out of its open group
 	size := map[string]int{}
 	for i, m := range msgs {
-		if !json.Valid(m.Data) {
+		if len(m.Data) == 0 || bytes.IndexByte(m.Data, '\n') >= 0 {
 			out = append(out, []int{i})
 			continue
 		}
