@@ -670,8 +670,12 @@ func (a *app) sampleHistory(ctx context.Context, now time.Time) {
 func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry, every time.Duration, log *slog.Logger, observe func(int)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// A read that runs out of its deadline breaks the Redis connection it
+	// shares with other calls (the client drops it): never shorter than a
+	// second, whatever the period.
+	timeout := max(every, time.Second)
 	for {
-		cctx, cancel := context.WithTimeout(ctx, every)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
 		in, err := reg.Instances(cctx, time.Now())
 		cancel()
 		want := 1
