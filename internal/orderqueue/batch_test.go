@@ -1,6 +1,7 @@
 package orderqueue_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
@@ -184,4 +185,35 @@ func TestDecodeBatch(t *testing.T) {
 			t.Errorf("DecodeV1OrBatch(%q) = %+v, want it as one version 1 payload", one, got)
 		}
 	}
+}
+
+// BenchmarkDecode reads 16 reservations: as one version 2 message (lines)
+// and as 16 version 1 messages. The version 2 reading should cost about
+// what the 16 cost (each line is decoded once).
+func BenchmarkDecode(b *testing.B) {
+	var msgs []orderqueue.Message
+	var lines [][]byte
+	for i := range 16 {
+		m := message(resv("sku-1", i))
+		msgs, lines = append(msgs, m), append(lines, m.Data)
+	}
+	data := bytes.Join(lines, []byte("\n"))
+	b.Run("v2-one-message", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := orderqueue.DecodeBatch(data, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("v1-16-messages", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, m := range msgs {
+				if p := orderqueue.DecodeV1(m.Data); p.Err != nil {
+					b.Fatal(p.Err)
+				}
+			}
+		}
+	})
 }
