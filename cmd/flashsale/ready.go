@@ -115,6 +115,13 @@ func within(ctx context.Context, d time.Duration, f func(context.Context) error)
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+		// The call's goroutine ends ctx right after it answered, so both
+		// cases can be ready: its answer, sent first, wins.
+		select {
+		case err := <-errc:
+			return err
+		default:
+		}
 		return fmt.Errorf("%w (%s): %w", errNoAnswer, d, ctx.Err())
 	}
 }
