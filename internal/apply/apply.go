@@ -377,16 +377,9 @@ type batch struct {
 	rs   []sale.Reservation
 	of   []int            // rs[i] came from msgs[of[i]]
 	data [][]byte         // rs[i]'s own payload, for a dead letter of it alone
-	part []partOf         // where rs[i] is in its message
+	part []int            // rs[i]'s index in its version 2 message; -1: the message whole
 	tr   []tracing.Getter // rs[i]'s purchase's trace context
 	out  []unitOutcome    // by reservation
-}
-
-// partOf is where a reservation is in its message: Batched (a version 2
-// message) at Index.
-type partOf struct {
-	batched bool
-	index   int
 }
 
 // msgState is what became of one message's reservations.
@@ -443,7 +436,7 @@ func (c *Consumer) open(ctx context.Context, b *batch, m jetstream.Msg) {
 	if err != nil {
 		c.log.Error("consumer: malformed message", "subject", m.Subject(), "err", err)
 		b.ms[k].units = 1
-		c.deadLetter(ctx, b, k, -1, m.Data(), b.ms[k].schema, sale.Reservation{}, "malformed: "+err.Error())
+		c.deadLetter(ctx, b, k, -1, m.Data(), sale.Reservation{}, "malformed: "+err.Error())
 		c.settleNow(ctx, b, k)
 		return
 	}
@@ -455,20 +448,24 @@ func (c *Consumer) open(ctx context.Context, b *batch, m jetstream.Msg) {
 	}
 	added := false
 	for _, p := range parts {
-		if p.Batched && b.ms[k].seq > 0 && c.deadAlready(b.ms[k].seq, p.Index, p.Data) {
+		part := -1
+		if p.Batched {
+			part = p.Index
+		}
+		if part >= 0 && b.ms[k].seq > 0 && c.deadAlready(b.ms[k].seq, part, p.Data) {
 			b.ms[k].dead++ // dead-lettered on an earlier delivery
 			continue
 		}
 		if p.Err != nil {
 			c.log.Error("consumer: malformed message", "subject", m.Subject(), "err", p.Err)
-			c.deadLetter(ctx, b, k, partIndex(p.Batched, p.Index), p.Data, partSchema(b.ms[k].schema, p.Batched), p.Reservation, "malformed: "+p.Err.Error())
+			c.deadLetter(ctx, b, k, part, p.Data, p.Reservation, "malformed: "+p.Err.Error())
 			continue
 		}
 		added = true
 		b.rs = append(b.rs, p.Reservation)
 		b.of = append(b.of, k)
 		b.data = append(b.data, p.Data)
-		b.part = append(b.part, partOf{p.Batched, p.Index})
+		b.part = append(b.part, part)
 		if p.Trace != nil {
 			b.tr = append(b.tr, p.Trace)
 		} else {
@@ -489,20 +486,11 @@ func (c *Consumer) settleNow(ctx context.Context, b *batch, k int) {
 	b.msgs, b.ms = b.msgs[:k], b.ms[:k]
 }
 
-// partIndex is the index DeadLetterPart takes: -1 for a reservation that is
-// its message whole.
-func partIndex(batched bool, index int) int {
-	if batched {
-		return index
-	}
-	return -1
-}
-
 // partSchema is the schema version a dead letter of one reservation is
-// written under: 1 for one taken out of a version 2 payload (each is a
-// version 1 payload), else its message's own, kept as it came.
-func partSchema(msgSchema string, batched bool) string {
-	if batched {
+// written under: 1 for one taken out of a version 2 payload (part >= 0:
+// each is a version 1 payload), else its message's own, kept as it came.
+func partSchema(msgSchema string, part int) string {
+	if part >= 0 {
 		return "1"
 	}
 	return msgSchema
@@ -574,8 +562,7 @@ func (c *Consumer) settle(ctx context.Context, b *batch) {
 		case o.deterministic && ctx.Err() == nil:
 			deterministic, cause = true, o.err
 			if f := c.failed(b.rs[i].OrderID); f >= c.cfg.MaxDeliver {
-				pt := b.part[i]
-				c.deadLetter(ctx, b, k, partIndex(pt.batched, pt.index), b.data[i], partSchema(b.ms[k].schema, pt.batched), b.rs[i], fmt.Sprintf("apply failed %d times: %v", f, o.err))
+				c.deadLetter(ctx, b, k, b.part[i], b.data[i], b.rs[i], fmt.Sprintf("apply failed %d times: %v", f, o.err))
 				continue
 			}
 			b.ms[k].open = true
@@ -921,11 +908,12 @@ func (c *Consumer) forgetParts(seq uint64) {
 	c.mu.Unlock()
 }
 
-// deadLetter copies one reservation of b.msgs[k] (data, of version
-// schema; r as far as it was decoded) to the dead letters. If the copy
-// fails, the message is nak'ed and tried again later.
-func (c *Consumer) deadLetter(ctx context.Context, b *batch, k, part int, data []byte, schema string, r sale.Reservation, reason string) {
-	if err := c.dead.DeadLetterPart(ctx, b.msgs[k], part, data, schema, r.OrderID, r.SKU, reason); err != nil {
+// deadLetter copies one reservation of b.msgs[k] (data; part its index in
+// a version 2 message, -1 for the message whole; r as far as it was
+// decoded) to the dead letters. If the copy fails, the message is nak'ed
+// and tried again later.
+func (c *Consumer) deadLetter(ctx context.Context, b *batch, k, part int, data []byte, r sale.Reservation, reason string) {
+	if err := c.dead.DeadLetterPart(ctx, b.msgs[k], part, data, partSchema(b.ms[k].schema, part), r.OrderID, r.SKU, reason); err != nil {
 		c.log.Error("consumer: dead-letter failed; will retry", "order_id", r.OrderID, "err", err)
 		b.ms[k].long = true
 		return

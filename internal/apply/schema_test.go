@@ -58,15 +58,7 @@ func (s *countingStore) count(id string) int {
 func TestUnknownSchemaVersionWaits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(testenv.NATS(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	q, err := orderqueue.Open(ctx, nc, orderqueue.Config{AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openQueue(ctx, t, time.Second)
 	res := func(n byte) sale.Reservation {
 		return sale.Reservation{OrderID: "01890000-0000-7000-8000-00000000000" + string('0'+n), SKU: "s", User: "u", Quantity: 1, AcceptedAt: 1}
 	}
@@ -93,14 +85,7 @@ func TestUnknownSchemaVersionWaits(t *testing.T) {
 	dl := &dead{}
 	cfg := apply.Config{UnknownDelay: 100 * time.Millisecond, MaxDeliver: 1, Backoff: []time.Duration{10 * time.Millisecond}}
 	run := func(cfg apply.Config) (stop func()) {
-		c := apply.New(st, gate{}, dl, log, met, cfg)
-		rctx, rcancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.Run(rctx, q.Consumer())
-		}()
-		return func() { rcancel(); <-done }
+		return running(ctx, apply.New(st, gate{}, dl, log, met, cfg), q)
 	}
 
 	stop := run(cfg)
@@ -187,15 +172,7 @@ func (s *poisonStore) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]
 func TestSchema2MessageDecidedPerReservation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(testenv.NATS(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	q, err := orderqueue.Open(ctx, nc, orderqueue.Config{AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openQueue(ctx, t, time.Second)
 	q.SetPublishSchema(orderqueue.SchemaBatch)
 	res := func(n int) sale.Reservation {
 		return sale.Reservation{OrderID: fmt.Sprintf("01890000-0000-7000-8000-%012d", n), SKU: "s", User: fmt.Sprintf("u%d", n), Quantity: 1, AcceptedAt: 1}
@@ -226,13 +203,7 @@ func TestSchema2MessageDecidedPerReservation(t *testing.T) {
 	dl := &countingDead{DeadLetters: q}
 	c := apply.New(st, gate{}, dl, slog.New(slog.NewTextHandler(io.Discard, nil)), met,
 		apply.Config{MaxDeliver: 2, Backoff: []time.Duration{10 * time.Millisecond}, AckWait: time.Second})
-	rctx, rcancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Run(rctx, q.Consumer())
-	}()
-	defer func() { rcancel(); <-done }()
+	defer running(ctx, c, q)()
 
 	until(t, "the message acked", func() bool {
 		ci, err := q.Consumer().Info(ctx)
@@ -311,15 +282,7 @@ func (d *countingDead) count() int {
 func TestHeaderlessSchema2Applied(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(testenv.NATS(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	q, err := orderqueue.Open(ctx, nc, orderqueue.Config{AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openQueue(ctx, t, time.Second)
 	a := sale.Reservation{OrderID: "01890000-0000-7000-8000-000000000001", SKU: "s", User: "a", Quantity: 1, AcceptedAt: 1}
 	b := sale.Reservation{OrderID: "01890000-0000-7000-8000-000000000002", SKU: "s", User: "b", Quantity: 2, AcceptedAt: 1}
 	ja, _ := json.Marshal(a)
@@ -330,13 +293,7 @@ func TestHeaderlessSchema2Applied(t *testing.T) {
 	st := &countingStore{applied: map[string]int{}}
 	dl := &dead{}
 	c := apply.New(st, gate{}, dl, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, apply.Config{AckWait: time.Second})
-	rctx, rcancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Run(rctx, q.Consumer())
-	}()
-	defer func() { rcancel(); <-done }()
+	defer running(ctx, c, q)()
 	until(t, "the message acked", func() bool {
 		ci, err := q.Consumer().Info(ctx)
 		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.AckFloor.Stream == 1
@@ -344,4 +301,32 @@ func TestHeaderlessSchema2Applied(t *testing.T) {
 	if st.count(a.OrderID) != 1 || st.count(b.OrderID) != 1 || dl.n != 0 {
 		t.Errorf("applied %d and %d times, %d dead letters; want 1, 1, 0", st.count(a.OrderID), st.count(b.OrderID), dl.n)
 	}
+}
+
+// openQueue opens the order stream and its consumer (ack wait ackWait) on
+// an in-process NATS of the test's own.
+func openQueue(ctx context.Context, t *testing.T, ackWait time.Duration) *orderqueue.Queue {
+	t.Helper()
+	nc, err := nats.Connect(testenv.NATS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	q, err := orderqueue.Open(ctx, nc, orderqueue.Config{AckWait: ackWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// running runs c on q's consumer until stop is called (stop returns once
+// it has stopped).
+func running(ctx context.Context, c *apply.Consumer, q *orderqueue.Queue) (stop func()) {
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(rctx, q.Consumer())
+	}()
+	return func() { rcancel(); <-done }
 }

@@ -9,13 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/flashsale/flashsale/internal/apply"
 	"github.com/flashsale/flashsale/internal/orderqueue"
 	"github.com/flashsale/flashsale/internal/orderstore"
 	"github.com/flashsale/flashsale/internal/sale"
-	"github.com/flashsale/flashsale/internal/testenv"
 )
 
 // stuckStore holds its first batch until the consumer stops (a stop in
@@ -48,16 +45,8 @@ func (s *stuckStore) ApplyBatch(ctx context.Context, rs []sale.Reservation) ([]o
 func TestStopHandsMessagesBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(testenv.NATS(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
 	const ackWait = 30 * time.Second
-	q, err := orderqueue.Open(ctx, nc, orderqueue.Config{AckWait: ackWait})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openQueue(ctx, t, ackWait)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// One worker, batches of 4: its pull buffers up to 8 more. Whether
 	// the stop finds messages in the buffer depends on the moment it comes:

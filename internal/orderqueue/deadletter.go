@@ -216,11 +216,16 @@ func (q *Queue) DeleteDeadLetter(ctx context.Context, seq uint64) error {
 // duplicate window). The database's idempotency log keeps it applied once.
 // It keeps the payload's schema version.
 func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
-	msg := nats.NewMsg(SubjectPrefix + d.SKU)
-	msg.Data = d.Data
-	setSchema(msg, d.Schema)
-	_, err := q.js.PublishMsg(ctx, msg,
-		jetstream.WithMsgID(fmt.Sprintf("replay-%d-%s", d.Seq, d.OrderID)), jetstream.WithExpectStream(StreamName))
+	return q.republish(ctx, d.SKU, d.Data, d.Schema, fmt.Sprintf("replay-%d-%s", d.Seq, d.OrderID))
+}
+
+// republish publishes data (of schema version schema) to sku's subject of
+// the order stream under message id id.
+func (q *Queue) republish(ctx context.Context, sku string, data []byte, schema, id string) error {
+	msg := nats.NewMsg(SubjectPrefix + sku)
+	msg.Data = data
+	setSchema(msg, schema)
+	_, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(StreamName))
 	return err
 }
 
@@ -230,11 +235,7 @@ func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
 // every release reads that way.
 func (q *Queue) ReplayParts(ctx context.Context, d DeadLetter, parts []Part) error {
 	for _, p := range parts {
-		msg := nats.NewMsg(SubjectPrefix + p.Reservation.SKU)
-		msg.Data = p.Data
-		setSchema(msg, "1")
-		if _, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("replay-%d-%d-%s", d.Seq, p.Index, p.Reservation.OrderID)),
-			jetstream.WithExpectStream(StreamName)); err != nil {
+		if err := q.republish(ctx, p.Reservation.SKU, p.Data, "1", fmt.Sprintf("replay-%d-%d-%s", d.Seq, p.Index, p.Reservation.OrderID)); err != nil {
 			return err
 		}
 	}

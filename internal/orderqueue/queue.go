@@ -284,10 +284,10 @@ type Message struct {
 func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 	errs := make([]error, len(msgs))
 	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
-	// of[k] lists the indices in msgs that futs[k] carries (nil: one, k's
-	// own in msgs order when not batching).
+	// of[k] lists the indices in msgs that futs[k] carries; nil when not
+	// batching: futs[k] is msgs[k]'s.
 	var of [][]int
-	send := func(idx []int, data []byte, id string, trace map[string]string, sku string, header ...string) {
+	publish := func(data []byte, id string, trace map[string]string, sku string, header ...string) (jetstream.PubAckFuture, error) {
 		msg := &nats.Msg{Subject: SubjectPrefix + sale.SKUOfBucket(sku), Data: data, Header: make(nats.Header, len(trace)+len(header)/2+1)}
 		for k, v := range trace {
 			msg.Header[k] = []string{v} // exact (lower-case) W3C names
@@ -298,31 +298,34 @@ func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 				msg.Header.Set(header[i], header[i+1])
 			}
 		}
-		f, err := q.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(StreamName))
-		for _, i := range idx {
-			errs[i] = err
-		}
-		futs = append(futs, f)
-		of = append(of, idx)
+		return q.js.PublishMsgAsync(msg, jetstream.WithMsgID(id), jetstream.WithExpectStream(StreamName))
 	}
 	if q.schema.Load() == SchemaBatch && len(msgs) > 1 {
 		for _, g := range groups(msgs) {
+			var f jetstream.PubAckFuture
+			var err error
 			if len(g) == 1 {
 				m := msgs[g[0]]
-				send(g, m.Data, m.ID, m.Trace, m.SKU)
-				continue
+				f, err = publish(m.Data, m.ID, m.Trace, m.SKU)
+			} else {
+				part := make([]Message, len(g))
+				for j, i := range g {
+					part[j] = msgs[i]
+				}
+				data, traces, id := encodeBatch(part)
+				f, err = publish(data, id, nil, part[0].SKU, SchemaHeader, strconv.Itoa(SchemaBatch),
+					HeaderCount, strconv.Itoa(len(g)), HeaderTraces, traces)
 			}
-			part := make([]Message, len(g))
-			for j, i := range g {
-				part[j] = msgs[i]
+			for _, i := range g {
+				errs[i] = err
 			}
-			data, traces, id := encodeBatch(part)
-			send(g, data, id, nil, part[0].SKU, SchemaHeader, strconv.Itoa(SchemaBatch),
-				HeaderCount, strconv.Itoa(len(g)), HeaderTraces, traces)
+			futs, of = append(futs, f), append(of, g)
 		}
 	} else {
 		for i, m := range msgs {
-			send([]int{i}, m.Data, m.ID, m.Trace, m.SKU)
+			var f jetstream.PubAckFuture
+			f, errs[i] = publish(m.Data, m.ID, m.Trace, m.SKU)
+			futs = append(futs, f)
 		}
 	}
 	for k, f := range futs {
@@ -335,6 +338,10 @@ func (q *Queue) Publish(ctx context.Context, msgs []Message) []error {
 		case err = <-f.Err():
 		case <-ctx.Done():
 			err = ctx.Err()
+		}
+		if of == nil {
+			errs[k] = err
+			continue
 		}
 		for _, i := range of[k] {
 			errs[i] = err
