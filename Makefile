@@ -22,7 +22,7 @@ PKGS        ?= ./...
 export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 
 .DEFAULT_GOAL := help
-.PHONY: help build build-static test test-nodb test-postgres test-mysql test-short stress test-chaos-short test-cluster test-cluster-short chaos vet lint alerts bench run ci
+.PHONY: help build build-static test prebuild test-nodb test-postgres test-mysql test-short stress test-chaos-short test-cluster test-cluster-short chaos vet lint alerts bench run ci
 
 # CHAOS_SHORT names the fault-suite scenarios `make test` runs on each
 # database (docs/faults.md): a comma list, `short` for the short set, empty
@@ -69,9 +69,10 @@ SLOWEST_OF = echo "slowest tests of $@:"; $(GO) run $(GOTESTSUM) tool slowest --
 DB_PKGS   = $$(scripts/test-packages.sh db $(PKGS))
 NODB_PKGS = $$(scripts/test-packages.sh nodb $(PKGS))
 
-test: ## The test command, and all that CI runs: ensure services, then two lanes at once (lint, alert rules, the tests without a database, fuzzing, the short fault suite on both databases, the short cluster and upgrade tests | the database-backed tests on PostgreSQL then MariaDB, every benchmark once); a summary of every stage at the end
+test: ## The test command, and all that CI runs: ensure services, compile (prebuild), then two lanes at once (lint, alert rules, the tests without a database, fuzzing, the short fault suite on both databases, the short cluster and upgrade tests | the database-backed tests on PostgreSQL then MariaDB, every benchmark once); a summary of every stage at the end
 	@scripts/stages.sh \
 		services       'scripts/ensure-services.sh' \
+		prebuild       '$(MAKE) --no-print-directory prebuild' \
 		--lane \
 		lint           '$(MAKE) --no-print-directory lint' \
 		alerts         '$(MAKE) --no-print-directory alerts' \
@@ -85,6 +86,21 @@ test: ## The test command, and all that CI runs: ensure services, then two lanes
 		postgres       '$(MAKE) --no-print-directory test-postgres' \
 		mysql          '$(MAKE) --no-print-directory test-mysql' \
 		bench          '$(MAKE) --no-print-directory bench'
+
+# prebuild compiles, before the lanes start, what their stages would
+# otherwise compile while the other lane's end-to-end tests run: every
+# package the tests build (test dependencies included), plain and with
+# -race, the fuzzing binaries' instrumented packages and staticcheck. With
+# an empty build cache that is minutes of both cores (a CI run on a fresh
+# machine had the breaker, drill and two-instance tests time out under it);
+# with a warm one, about 15 s.
+prebuild: ## Compile what the test stages need (plain, -race, fuzzing, staticcheck) before they start
+	@deps=$$($(GO) list -deps -test -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $(PKGS) | grep -v ' \[\|\.test$$' | sort -u) && \
+	$(GO) build $$deps && $(GO) build -race $$deps && \
+	for p in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		$(GO) test -c -fuzz=. -o /dev/null $$p || exit 1; \
+	done && \
+	$(GO) run $(STATICCHECK) -version
 
 # TEST_FUZZTIME is each fuzz target's budget in make test: a count, not a
 # duration (scripts/fuzz.sh says why). 20,000 new inputs a target after the
