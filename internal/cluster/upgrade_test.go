@@ -3,9 +3,13 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +98,9 @@ func previousRelease(t *testing.T) (commit, bin string) {
 // After each step the buyers stop and I1-I11 are checked from the database
 // and Redis for every SKU sold so far (the step's own SKUs and the earlier
 // ones, whose reservations may have been applied by the other version); at
-// the end fresh buyers take exactly what is left.
+// the end fresh buyers take exactly what is left. This tree runs with
+// order-schema 2 (the next release's default): it must publish version 1
+// while any previous-release instance runs and version 2 once none does.
 func TestUpgrade(t *testing.T) {
 	full := upgradeMode(t)
 	// rate: new buyers of the hot SKU per second (the normal SKU gets a
@@ -149,7 +155,14 @@ func TestUpgrade(t *testing.T) {
 		if code := s.ExitCode(); code != 0 {
 			t.Fatalf("%s (%s) exited %d after SIGTERM:\n%s", serverName(i), version[i], code, s.Log())
 		}
-		svcs[i] = chaos.StartService(t, bin, s.Env)
+		env := copyEnv(s.Env)
+		delete(env, "FLASHSALE_ORDER_SCHEMA")
+		if name == "new" {
+			// This tree with order-schema 2: it publishes version 2 only
+			// while every instance reads it (checked below after each step).
+			env["FLASHSALE_ORDER_SCHEMA"] = "2"
+		}
+		svcs[i] = chaos.StartService(t, bin, env)
 		version[i] = name
 		if _, err := lb.WaitState(serverName(i), "UP", 20*time.Second); err != nil {
 			t.Fatal(err)
@@ -187,11 +200,24 @@ func TestUpgrade(t *testing.T) {
 		replace(st.i, st.bin, st.ver)
 		took := time.Since(start)
 		time.Sleep(time.Second) // buyers meet the replaced instance too
-		// Known: each version rewrites the shared durable consumer's ack
-		// wait at start (the previous release's default 30 s, this one's
-		// 3 s). This release hands back the messages it holds when it
-		// stops; a stopped previous-release instance's wait out the ack
-		// wait (docs/releasing.md): the 60 s bound below covers it.
+		// The fleet gate of order-schema 2 against the real previous
+		// release: version 2 once every instance is this tree, version 1
+		// within a check (2 s) of a previous-release instance's first beat.
+		want := 2
+		if slices.Contains(version, "previous") {
+			want = 1
+		}
+		for i, s := range svcs {
+			if version[i] == "new" {
+				if got, err := waitSchema(s.URL, want, 10*time.Second); err != nil {
+					t.Errorf("%s: %s (instances %v) publishes schema %d, want %d: %v", st.name, serverName(i), version, got, want, err)
+				}
+			}
+		}
+		// Both versions default to a 3 s ack wait and hand back the
+		// messages they hold when they stop; the 60 s bound below is for a
+		// loaded machine (and for a previous release named by
+		// FLASHSALE_UPGRADE_FROM with another ack wait).
 		sale.Stop()
 		for _, f := range sale.Failures() {
 			t.Errorf("%s: buyer saw: %s", st.name, f)
@@ -243,4 +269,36 @@ func TestUpgrade(t *testing.T) {
 		}
 	}
 	t.Logf("previous release %s and this tree: %d instances upgraded one by one and rolled back, %d steps", commit, n, len(steps))
+}
+
+// waitSchema waits up to d for the instance at base to report want in
+// flashsale_order_schema_published, and returns the last value read.
+func waitSchema(base string, want int, d time.Duration) (int, error) {
+	deadline := time.Now().Add(d)
+	got, err := -1, error(nil)
+	for {
+		got, err = schemaPublished(base)
+		if (err == nil && got == want) || time.Now().After(deadline) {
+			return got, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func schemaPublished(base string) (int, error) {
+	resp, err := http.Get(strings.TrimSuffix(base, "/") + "/metrics")
+	if err != nil {
+		return -1, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "flashsale_order_schema_published "); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return -1, fmt.Errorf("no flashsale_order_schema_published in /metrics")
 }
