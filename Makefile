@@ -69,12 +69,12 @@ SLOWEST_OF = echo "slowest tests of $@:"; $(GO) run $(GOTESTSUM) tool slowest --
 DB_PKGS   = $$(scripts/test-packages.sh db $(PKGS))
 NODB_PKGS = $$(scripts/test-packages.sh nodb $(PKGS))
 
-test: ## The test command, and all that CI runs: ensure services, compile (prebuild), then two lanes at once (lint, alert rules, the tests without a database, fuzzing, the short fault suite on both databases, the short cluster and upgrade tests | the database-backed tests on PostgreSQL then MariaDB, every benchmark once); a summary of every stage at the end
+test: ## The test command, and all that CI runs: ensure services, compile (prebuild), lint, then two lanes at once (alert rules, the tests without a database, fuzzing, the short fault suite on both databases, the short cluster and upgrade tests | the database-backed tests on PostgreSQL then MariaDB, every benchmark once); a summary of every stage at the end
 	@scripts/stages.sh \
 		services       'scripts/ensure-services.sh' \
 		prebuild       '$(MAKE) --no-print-directory prebuild' \
-		--lane \
 		lint           '$(MAKE) --no-print-directory lint' \
+		--lane \
 		alerts         '$(MAKE) --no-print-directory alerts' \
 		nodb           '$(MAKE) --no-print-directory test-nodb' \
 		fuzz           'FUZZCACHE=fresh $(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)' \
@@ -89,17 +89,21 @@ test: ## The test command, and all that CI runs: ensure services, compile (prebu
 
 # prebuild compiles, before the lanes start, what their stages would
 # otherwise compile while the other lane's end-to-end tests run: every
-# package the tests build (test dependencies included), plain and with
-# -race, the fuzzing binaries' instrumented packages and staticcheck. With
-# an empty build cache that is minutes of both cores (a CI run on a fresh
-# machine had the breaker, drill and two-instance tests time out under it);
-# with a warm one, about 15 s.
+# package the tests import (their test-only dependencies included; not the
+# packages' own test variants, nor the binaries the tests link), plain and
+# with -race, the fuzzing binaries and staticcheck; lint (staticcheck's
+# analysis, minutes with an empty cache) runs after it, also before the
+# lanes. With an empty build cache this is many minutes of both cores (a CI
+# run on a fresh machine had the breaker, drill and two-instance tests time
+# out beside it); with a warm one, about 20 s.
 prebuild: ## Compile what the test stages need (plain, -race, fuzzing, staticcheck) before they start
-	@deps=$$($(GO) list -deps -test -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $(PKGS) | grep -v ' \[\|\.test$$' | sort -u) && \
-	$(GO) build $$deps && $(GO) build -race $$deps && \
-	for p in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	@pkgs=$$($(GO) list -deps -test -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $(PKGS)) || exit 1; \
+	deps=$$(echo "$$pkgs" | grep -v ' \[\|\.test$$' | sort -u); \
+	$(GO) build $$deps && $(GO) build -race $$deps || exit 1; \
+	for p in $$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.Dir}}{{end}}' $(PKGS)); do \
+		grep -qs '^func Fuzz' $$p/*_test.go || continue; \
 		$(GO) test -c -fuzz=. -o /dev/null $$p || exit 1; \
-	done && \
+	done; \
 	$(GO) run $(STATICCHECK) -version
 
 # TEST_FUZZTIME is each fuzz target's budget in make test: a count, not a

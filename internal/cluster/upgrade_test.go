@@ -200,20 +200,6 @@ func TestUpgrade(t *testing.T) {
 		replace(st.i, st.bin, st.ver)
 		took := time.Since(start)
 		time.Sleep(time.Second) // buyers meet the replaced instance too
-		// The fleet gate of order-schema 2 against the real previous
-		// release: version 2 once every instance is this tree, version 1
-		// within a check (2 s) of a previous-release instance's first beat.
-		want := 2
-		if slices.Contains(version, "previous") {
-			want = 1
-		}
-		for i, s := range svcs {
-			if version[i] == "new" {
-				if got, err := waitSchema(s.URL, want, 10*time.Second); err != nil {
-					t.Errorf("%s: %s (instances %v) publishes schema %d, want %d: %v", st.name, serverName(i), version, got, want, err)
-				}
-			}
-		}
 		// Both versions default to a 3 s ack wait and hand back the
 		// messages they hold when they stop; the 60 s bound below is for a
 		// loaded machine (and for a previous release named by
@@ -258,6 +244,28 @@ func TestUpgrade(t *testing.T) {
 				}
 			}
 		}
+		// The fleet gate of order-schema 2 against the real previous
+		// release: version 2 once every instance is this tree; version 1
+		// within a check (2 s; 10 s allowed here) of a previous-release
+		// instance's first beat, and no 2 afterwards while it runs (held
+		// for 3 s, longer than a check, so a gate that ignored it would
+		// show 2 here).
+		want := 2
+		if slices.Contains(version, "previous") {
+			want = 1
+		}
+		for i, s := range svcs {
+			if version[i] != "new" {
+				continue
+			}
+			got, err := waitSchema(s.URL, want, 10*time.Second)
+			if err == nil && got == want && want == 1 {
+				got, err = holdsSchema(s.URL, 1, 3*time.Second)
+			}
+			if err != nil || got != want {
+				t.Errorf("%s: %s (instances %v) publishes schema %d, want %d: %v", st.name, serverName(i), version, got, want, err)
+			}
+		}
 		t.Logf("%s: instances %v; replaced in %v; outcomes %s; idle with the invariants holding after %v",
 			st.name, version, took.Round(100*time.Millisecond), sale.Summary(), idle.Round(100*time.Millisecond))
 	}
@@ -285,8 +293,21 @@ func waitSchema(base string, want int, d time.Duration) (int, error) {
 	}
 }
 
+// holdsSchema reads the instance's gauge every 100 ms for d and returns
+// the first value other than want (or want).
+func holdsSchema(base string, want int, d time.Duration) (int, error) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if got, err := schemaPublished(base); err != nil || got != want {
+			return got, err
+		}
+	}
+	return want, nil
+}
+
+var metricsClient = &http.Client{Timeout: 2 * time.Second}
+
 func schemaPublished(base string) (int, error) {
-	resp, err := http.Get(strings.TrimSuffix(base, "/") + "/metrics")
+	resp, err := metricsClient.Get(strings.TrimSuffix(base, "/") + "/metrics")
 	if err != nil {
 		return -1, err
 	}
