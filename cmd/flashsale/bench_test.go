@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -203,9 +204,15 @@ func TestBenchPaths(t *testing.T) {
 			t.Fatalf("result %d: %v %v, want %s %s counting %s", i, r["strategy"], p, w.strategy, w.path, w.code)
 		}
 		label := w.strategy + " " + w.path
-		answers, rps := p["answers"].(float64), p["rps"].(float64)
-		if answers != 150 || r["requests"].(float64) != 150 || p["other_answers"].(float64) != 0 || rps <= 0 || p["x_empty"].(float64) <= 0 || p["p99_x_empty"].(float64) <= 0 {
-			t.Errorf("%s: %v: want the 150 requests all %s answers, counted, as ratios of the empty handler", label, p, w.code)
+		// Every request is counted: as the path's answer, or as another
+		// (a database strategy's purchase can time out, 503, on a loaded
+		// machine: a CI run saw 2 of 150), never in the figure.
+		answers, other, rps := p["answers"].(float64), p["other_answers"].(float64), p["rps"].(float64)
+		if answers+other != 150 || answers < 100 || r["requests"].(float64) != 150 || rps <= 0 || p["x_empty"].(float64) <= 0 || p["p99_x_empty"].(float64) <= 0 {
+			t.Errorf("%s: %v: want the 150 requests counted, most of them %s answers, as ratios of the empty handler", label, p, w.code)
+		}
+		if other > 0 && !strings.Contains(out, label+": "+strconv.Itoa(int(other))+" answers were not") {
+			t.Errorf("%s: %v other answers, and the report has no note of them:\n%s", label, other, out)
 		}
 		if p["empty_rps"] != rep.Baselines["empty_handler_rps"] {
 			t.Errorf("%s: compared with an empty handler of %v req/s, the run's baseline is %v", label, p["empty_rps"], rep.Baselines["empty_handler_rps"])

@@ -121,8 +121,11 @@ func TestSIGTERMDrains(t *testing.T) {
 	if served := time.Since(sent); served < drain-100*time.Millisecond {
 		t.Fatalf("served only %v after SIGTERM, want at least about %v", served, drain)
 	}
-	if drainingReplies < 2 || drainingBuys < 2 {
-		t.Fatalf("%d draining /readyz answers, %d purchases during the drain; want several", drainingReplies, drainingBuys)
+	// How many fit in the drain depends on the machine's speed (one each
+	// when a CI run's other lane loaded it): the bound above says the
+	// instance served for the whole delay, these that it answered.
+	if drainingReplies < 1 || drainingBuys < 1 {
+		t.Fatalf("%d draining /readyz answers, %d purchases during the drain; want both", drainingReplies, drainingBuys)
 	}
 	select {
 	case <-p.done:
