@@ -69,7 +69,7 @@ SLOWEST_OF = echo "slowest tests of $@:"; $(GO) run $(GOTESTSUM) tool slowest --
 DB_PKGS   = $$(scripts/test-packages.sh db $(PKGS))
 NODB_PKGS = $$(scripts/test-packages.sh nodb $(PKGS))
 
-test: ## The test command, and all that CI runs: ensure services, compile (prebuild), lint, then two lanes at once (alert rules, the tests without a database, fuzzing, the short fault suite on both databases, the short cluster and upgrade tests | the database-backed tests on PostgreSQL then MariaDB, every benchmark once); a summary of every stage at the end
+test: ## The test command, and all that CI runs: ensure services, compile (prebuild), lint, then two lanes at once (alert rules, the tests without a database, fuzzing, the short fault suite on both databases | the database-backed tests on PostgreSQL then MariaDB, every benchmark once, the short cluster and upgrade tests); a summary of every stage at the end
 	@scripts/stages.sh \
 		services       'scripts/ensure-services.sh' \
 		prebuild       '$(MAKE) --no-print-directory prebuild' \
@@ -80,12 +80,12 @@ test: ## The test command, and all that CI runs: ensure services, compile (prebu
 		fuzz           'FUZZCACHE=fresh $(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)' \
 		chaos-postgres '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=postgres' \
 		chaos-mysql    '$(MAKE) --no-print-directory test-chaos-short CHAOS_DIALECTS=mysql' \
-		cluster-short  '$(MAKE) --no-print-directory test-cluster-short' \
-		upgrade-short  '$(MAKE) --no-print-directory test-upgrade UPGRADE=short' \
 		--lane \
 		postgres       '$(MAKE) --no-print-directory test-postgres' \
 		mysql          '$(MAKE) --no-print-directory test-mysql' \
-		bench          '$(MAKE) --no-print-directory bench'
+		bench          '$(MAKE) --no-print-directory bench' \
+		cluster-short  '$(MAKE) --no-print-directory test-cluster-short' \
+		upgrade-short  '$(MAKE) --no-print-directory test-upgrade UPGRADE=short'
 
 # prebuild compiles, before the lanes start, what their stages would
 # otherwise compile while the other lane's end-to-end tests run: every
