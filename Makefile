@@ -69,8 +69,8 @@ SLOWEST_OF = echo "slowest tests of $@:"; $(GO) run $(GOTESTSUM) tool slowest --
 DB_PKGS   = $$(scripts/test-packages.sh db $(PKGS))
 NODB_PKGS = $$(scripts/test-packages.sh nodb $(PKGS))
 
-test: ## The test command, and all that CI runs: ensure services, compile (prebuild), lint, then two lanes at once (alert rules, the tests without a database, fuzzing, the short fault suite on both databases | the database-backed tests on PostgreSQL then MariaDB, every benchmark once, the short cluster and upgrade tests); a summary of every stage at the end
-	@scripts/stages.sh \
+test: ## The test command, and all that CI runs: ensure services, compile (prebuild), lint, then two lanes, one after the other (STAGES_SERIAL=0: at once) (alert rules, the tests without a database, fuzzing, the short fault suite on both databases | the database-backed tests on PostgreSQL then MariaDB, every benchmark once, the short cluster and upgrade tests); a summary of every stage at the end
+	@STAGES_SERIAL=$${STAGES_SERIAL:-1} scripts/stages.sh \
 		services       'scripts/ensure-services.sh' \
 		prebuild       '$(MAKE) --no-print-directory prebuild' \
 		lint           '$(MAKE) --no-print-directory lint' \
