@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // AfterSeedChunk makes Seed call f after each chunk but the last, for the
@@ -58,3 +60,15 @@ func SetTryAgainFor(t *testing.T, d time.Duration) {
 	tryAgainFor = d
 	t.Cleanup(func() { tryAgainFor = old })
 }
+
+// ReserveLua is the reserve script's source (BenchmarkReserveBatched).
+var ReserveLua = reserveLua
+
+// ReserveScript is the reserve script as the gate runs it.
+func (g *Gate) ReserveScript() *rueidis.Lua { return g.reserve }
+
+// LimitKeys are the rate-limit keys of a reserve of user from ipKey.
+func (g *Gate) LimitKeys(sku, user, ipKey string) [3]string { return g.limitKeys(sku, user, ipKey) }
+
+// Args are r's script arguments: emission interval µs and burst.
+func (r Rate) Args() (string, string) { return r.args() }

@@ -1,11 +1,10 @@
-package stockgate
+package stockgate_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,22 +12,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/flashsale/flashsale/internal/sale"
+	"github.com/flashsale/flashsale/internal/stockgate"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
-
-// redisCPU is the server's user+system CPU so far, in µs.
-func redisCPU(b testing.TB, c rueidis.Client) float64 {
-	s, _ := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
-	cpu := 0.0
-	for _, line := range strings.Split(s, "\r\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			f, _ := strconv.ParseFloat(v, 64)
-			cpu += f * 1e6
-		}
-	}
-	return cpu
-}
 
 // BenchmarkReserveBatched asks whether Redis would spend less per purchase
 // if several reserves went to it in one script call (as several
@@ -43,29 +29,29 @@ func redisCPU(b testing.TB, c rueidis.Client) float64 {
 func BenchmarkReserveBatched(b *testing.B) {
 	srv := testenv.StartRedis(b)
 	c := testenv.RedisClient(b, srv.URL)
-	g := New(c, "cost")
+	g := stockgate.New(c, "cost")
 	ctx := context.Background()
 	const sku = "cost"
-	if _, err := g.Seed(ctx, sku, Config{PerUserLimit: 1}, sale.MaxStock, nil, nil, nil, nil, "b"); err != nil {
+	if _, err := g.Seed(ctx, sku, stockgate.Config{PerUserLimit: 1}, sale.MaxStock, nil, nil, nil, nil, "b"); err != nil {
 		b.Fatal(err)
 	}
-	lim := Limits{User: Rate{PerSecond: 2, Burst: 5}, IPKey: "127.0.0.1"}
+	lim := stockgate.Limits{User: stockgate.Rate{PerSecond: 2, Burst: 5}, IPKey: "127.0.0.1"}
 	var n atomic.Int64
 	one := func() ([]string, []string) {
 		i := n.Add(1)
-		r := sale.Reservation{OrderID: NewOrderID(sku), SKU: sku, User: fmt.Sprintf("buyer-%09d", i), Quantity: 1,
+		r := sale.Reservation{OrderID: stockgate.NewOrderID(sku), SKU: sku, User: fmt.Sprintf("buyer-%09d", i), Quantity: 1,
 			AcceptedAt: time.Now().UnixMilli(), IdempotencyKey: fmt.Sprintf("key-%012d", i), ClientIP: "127.0.0.1"}
 		payload, _ := json.Marshal(r)
 		keys := g.KeysOf(sku)
 		ks := []string{keys.Meta, keys.Buyers, keys.Res, keys.Outbox, keys.Idem, keys.Journal}
 		args := []string{r.OrderID, r.User, "1", strconv.FormatInt(r.AcceptedAt, 10), r.User + "\x00" + r.IdempotencyKey, string(payload)}
-		lk := g.limitKeys(sku, r.User, lim.IPKey)
-		ui, ub := lim.User.args()
+		lk := g.LimitKeys(sku, r.User, lim.IPKey)
+		ui, ub := lim.User.Args()
 		ks = append(ks, lk[0], lk[1], lk[2])
 		args = append(args, "0", "0", ui, ub, "0", "0", "1")
 		return ks, args
 	}
-	batched := rueidis.NewLuaScript("local SCRIPT_ID = 'x'\nlocal function one(KEYS, ARGV)\n" + reserveLua + "\nend\n" + `
+	batched := rueidis.NewLuaScript("local SCRIPT_ID = 'x'\nlocal function one(KEYS, ARGV)\n" + stockgate.ReserveLua + "\nend\n" + `
 local out = {}
 local n = #KEYS / 9
 for i = 0, n - 1 do
@@ -77,22 +63,22 @@ end
 return out
 `)
 	b.Run("single", func(b *testing.B) {
-		cpu0 := redisCPU(b, c)
+		cpu0 := redisCPUOnly(b, c)
 		b.SetParallelism(32)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				k, a := one()
-				if v, err := g.reserve.Exec(ctx, c, k, a).ToArray(); err != nil || len(v) < 2 {
+				if v, err := g.ReserveScript().Exec(ctx, c, k, a).ToArray(); err != nil || len(v) < 2 {
 					b.Error(err)
 					return
 				}
 			}
 		})
-		b.ReportMetric((redisCPU(b, c)-cpu0)/float64(b.N), "redis-cpu-µs/reserve")
+		b.ReportMetric((redisCPUOnly(b, c)-cpu0)/float64(b.N), "redis-cpu-µs/reserve")
 	})
 	for _, size := range []int{1, 4, 16} {
 		b.Run(fmt.Sprint("batch-", size), func(b *testing.B) {
-			cpu0 := redisCPU(b, c)
+			cpu0 := redisCPUOnly(b, c)
 			b.SetParallelism(32)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -118,7 +104,13 @@ return out
 					}
 				}
 			})
-			b.ReportMetric((redisCPU(b, c)-cpu0)/float64(b.N*size), "redis-cpu-µs/reserve")
+			b.ReportMetric((redisCPUOnly(b, c)-cpu0)/float64(b.N*size), "redis-cpu-µs/reserve")
 		})
 	}
+}
+
+// redisCPUOnly is the server's user+system CPU so far, in µs.
+func redisCPUOnly(b testing.TB, c rueidis.Client) float64 {
+	cpu, _, _ := redisTimes(b, c)
+	return cpu
 }
