@@ -37,8 +37,11 @@ func TestPayRacesTimeout(t *testing.T) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
+			// A retry of a key whose order is in the database answers 200
+			// with that order, in whatever state it is by then (on a busy
+			// machine the 503s can outlast the 2 s timeout: cancelled).
 			r := h.buyUntilAnswered(fmt.Sprintf("payer-%d", i), "pay", 1, fmt.Sprintf("pay-%d", i), 30*time.Second)
-			if r.Status != http.StatusAccepted {
+			if !purchaseAccepted(r) {
 				t.Errorf("buy %d: %d %s", i, r.Status, r.Raw)
 			}
 			ids[i] = r.str("order_id")
