@@ -3,8 +3,10 @@ package purchase
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,6 +208,108 @@ func TestHeldBeforeFallbackSale(t *testing.T) {
 			d.mu.Unlock()
 			if !errors.Is(err, sale.ErrUnavailable) || errors.Is(err, sale.ErrLimitReached) || len(sold) != 0 {
 				t.Errorf("bob's keyed retry holding his limit in redis: %+v, %v, sold %v; want unavailable and no sale", res, err, sold)
+			}
+		})
+	}
+}
+
+// keyedOrders is the database's orders: those its keys made (user NUL key
+// -> order), with its look-ups by key counted.
+type keyedOrders struct {
+	mu    sync.Mutex
+	byKey map[string]sale.Order
+	reads int
+}
+
+func (k *keyedOrders) Order(_ context.Context, id string) (sale.Order, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, o := range k.byKey {
+		if o.ID == id {
+			return o, nil
+		}
+	}
+	return sale.Order{}, sale.ErrOrderNotFound
+}
+
+func (k *keyedOrders) OrderByKey(_ context.Context, _, user, key string) (sale.Order, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.reads++
+	if o, ok := k.byKey[user+"\x00"+key]; ok {
+		return o, nil
+	}
+	return sale.Order{}, sale.ErrOrderNotFound
+}
+
+func (k *keyedOrders) count() int { k.mu.Lock(); defer k.mu.Unlock(); return k.reads }
+
+// TestKeyedRefusalAfterFallbackAsksDatabase: the database fallback sold
+// order X for key k while the breaker was open, and its buyer lost the
+// answer (a commit that succeeded past the request's deadline is answered
+// 503). The breaker has closed; the restorer has not yet taken X into Redis,
+// which is sold out. A retry of k is answered X, not sold out, whether the
+// instance's sold-out flag or the gate refuses it; a key without an order
+// is still refused. Before the breaker ever opened, and SettleFor after it
+// closed, a keyed refusal reads nothing from the database.
+func TestKeyedRefusalAfterFallbackAsksDatabase(t *testing.T) {
+	for _, flag := range []bool{true, false} {
+		t.Run(map[bool]string{true: "sold-out flag", false: "gate refusal"}[flag], func(t *testing.T) {
+			const settle = 300 * time.Millisecond
+			x := sale.Order{ID: stockgate.NewOrderID("s"), SKU: "s", User: "u", Quantity: 1, Status: sale.StatusPendingPayment}
+			db := &keyedOrders{byKey: map[string]sale.Order{"u\x00k": x}}
+			var down atomic.Bool
+			g := &fakeGate{avail: 0, refuse: func(sale.Reservation, stockgate.Limits) error {
+				if down.Load() {
+					return errors.New("dial tcp: connection refused")
+				}
+				return nil
+			}}
+			cat := NewCatalog(fakeSKUs{{ID: "s", PerUserLimit: 1, Stock: 100, TotalStock: 100}})
+			if err := cat.Refresh(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var l Limits
+			if flag {
+				l.SoldOutTTL = time.Hour
+			}
+			s := New(Deps{Catalog: cat, Gate: g, Relay: nopRelay{}, Orders: db, Direct: &countingDirect{}, Log: slog.New(slog.DiscardHandler), Limits: l},
+				BreakerConfig{CallTimeout: 100 * time.Millisecond, OpenFor: 20 * time.Millisecond, MinRequests: 3, SettleFor: settle})
+			keyed := func(user, key string) (Result, error) {
+				return s.Buy(context.Background(), Request{User: user, SKU: "s", Quantity: 1, IdempotencyKey: key})
+			}
+
+			if _, err := keyed("u", "k"); !errors.Is(err, sale.ErrSoldOut) || db.count() != 0 {
+				t.Fatalf("before any opening: %v, %d database reads; want sold out, none", err, db.count())
+			}
+			s.Noticed("s", false) // forget the flag: the next purchases reach the gate
+			down.Store(true)
+			for i := range 3 {
+				_, _ = s.Buy(context.Background(), Request{User: fmt.Sprintf("f%d", i), SKU: "s", Quantity: 1})
+			}
+			if st := s.guard.State(); st != "open" {
+				t.Fatalf("breaker %s after 3 failed gate calls, want open", st)
+			}
+			down.Store(false)
+			time.Sleep(40 * time.Millisecond) // past OpenFor: the next call probes
+			if err := buy(s, "probe", 1); !errors.Is(err, sale.ErrSoldOut) {
+				t.Fatalf("probe: %v, want the gate's sold out", err)
+			}
+			if st := s.guard.State(); st != "closed" {
+				t.Fatalf("breaker %s after a probe the gate answered, want closed", st)
+			}
+
+			res, err := keyed("u", "k")
+			if err != nil || res.OrderID != x.ID || !res.Duplicate {
+				t.Fatalf("retry of a key the fallback sold: %+v, %v; want order %s", res, err, x.ID)
+			}
+			if _, err := keyed("v", "k2"); !errors.Is(err, sale.ErrSoldOut) {
+				t.Fatalf("a key without an order: %v, want sold out", err)
+			}
+			time.Sleep(settle + 50*time.Millisecond)
+			reads := db.count()
+			if _, err := keyed("u", "k"); !errors.Is(err, sale.ErrSoldOut) || db.count() != reads {
+				t.Fatalf("SettleFor after closing: %v, %d database reads; want the gate's sold out, none", err, db.count()-reads)
 			}
 		})
 	}

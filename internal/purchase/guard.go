@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,15 @@ type BreakerConfig struct {
 	// FallbackConcurrency caps database fallback purchases in flight per
 	// instance (default 8); beyond it purchases get ErrBusy.
 	FallbackConcurrency int
+	// SettleFor is how long after the breaker closes a keyed purchase the
+	// gate refuses (sold out, limit reached, rate limited) also asks the
+	// database for the order its Idempotency-Key made (default 30s; while
+	// the breaker is open or half-open it always does). The fallback's
+	// sales reach Redis through the restorer's debit (every 500 ms) or a
+	// rebuild, so for a while the gate may not know a key with an order:
+	// one whose answer its buyer lost, such as a commit that succeeded past
+	// the request's deadline (answered 503).
+	SettleFor time.Duration
 	// Disabled turns the breaker off: Redis errors are returned as they are.
 	Disabled bool
 }
@@ -64,6 +74,9 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.FallbackConcurrency == 0 {
 		c.FallbackConcurrency = 8
 	}
+	if c.SettleFor == 0 {
+		c.SettleFor = 30 * time.Second
+	}
 	return c
 }
 
@@ -83,7 +96,11 @@ type guard struct {
 	rebuildAll func(ctx context.Context) error
 	ping       func(ctx context.Context) error // checks Redis answers before the probe's rebuild; nil: none
 	needSync   atomic.Bool
-	disabled   bool
+	// unsettledUntil (Unix ns): until then keyed refusals ask the database
+	// too (see BreakerConfig.SettleFor); MaxInt64 while not closed.
+	unsettledUntil atomic.Int64
+	settleFor      time.Duration
+	disabled       bool
 	timeout    time.Duration
 	log        *slog.Logger
 
@@ -178,7 +195,8 @@ func (g *guard) syncBeforeClosing(ctx context.Context) error {
 
 func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context.Context) error, log *slog.Logger, obs BreakerObserver) *guard {
 	cfg = cfg.withDefaults()
-	g := &guard{direct: direct, sem: make(chan struct{}, cfg.FallbackConcurrency), rebuildAll: rebuildAll, disabled: cfg.Disabled || direct == nil, timeout: cfg.CallTimeout, log: log}
+	g := &guard{direct: direct, sem: make(chan struct{}, cfg.FallbackConcurrency), rebuildAll: rebuildAll, disabled: cfg.Disabled || direct == nil, timeout: cfg.CallTimeout, log: log,
+		settleFor: cfg.SettleFor}
 	bucket := cfg.Window / 10
 	g.cb = gobreaker.NewCircuitBreaker[stockgate.ReserveResult](gobreaker.Settings{
 		Name:         "redis-gate",
@@ -212,6 +230,11 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 				errors.Is(err, stockgate.ErrLayoutNewer) || stockgate.IsTryAgain(err)
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if to == gobreaker.StateClosed {
+				g.unsettledUntil.Store(time.Now().Add(g.settleFor).UnixNano())
+			} else {
+				g.unsettledUntil.Store(math.MaxInt64)
+			}
 			if to == gobreaker.StateOpen {
 				g.mu.Lock()
 				g.openings++
@@ -232,6 +255,14 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 
 // State returns "closed", "half-open" or "open".
 func (g *guard) State() string { return g.cb.State().String() }
+
+// unsettled reports whether the database fallback may have sold orders the
+// gate does not know yet: the breaker is not closed, or closed less than
+// SettleFor ago (by the wall clock, as the breaker's own transitions).
+func (g *guard) unsettled() bool {
+	u := g.unsettledUntil.Load()
+	return u != 0 && time.Now().UnixNano() < u
+}
 
 // reserve runs the gate through the breaker under the call timeout.
 // errBreakerOpen means: use the database path.

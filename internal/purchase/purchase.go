@@ -309,6 +309,9 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		case err == nil && found:
 			return s.inStream(ctx, req, Result{OrderID: id, Duplicate: true, Status: sale.StatusQueued})
 		case err == nil:
+			if res, found := s.fallbackOrder(ctx, req); found {
+				return res, nil
+			}
 			return Result{}, sale.ErrSoldOut
 		}
 	}
@@ -316,6 +319,9 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		// A retry of a key that made an order gets it, not 429: one read.
 		if res, found, kerr := s.keyInGate(ctx, req, 0); found {
 			return res, kerr
+		}
+		if res, found := s.fallbackOrder(ctx, req); found {
+			return res, nil
 		}
 		return Result{}, err
 	}
@@ -367,9 +373,15 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		}
 	case limited:
 		s.remember(limitKeys(req.SKU, req.User, ipKey), le, now)
+		if res, found := s.fallbackOrder(ctx, req); found {
+			return res, nil
+		}
 		return Result{}, err
 	case soldOut:
 		s.soldOut.set(r.SKU, so.Available, now, gen)
+		if res, found := s.fallbackOrder(ctx, req); found {
+			return res, nil
+		}
 		return Result{}, err
 	case errors.Is(err, errBreakerOpen):
 		// The key may have made a reservation still in flight in Redis,
@@ -565,6 +577,24 @@ func (s *Service) inStreamWith(ctx, lctx context.Context, req Request, res Resul
 		return Result{}, fmt.Errorf("%w: order %s of this Idempotency-Key is not yet in the stream, retry with the same key", sale.ErrUnavailable, res.OrderID)
 	}
 	return res, nil
+}
+
+// fallbackOrder returns the order req's Idempotency-Key made in the
+// database, for a keyed purchase about to be refused (sold out, limit
+// reached, rate limited) because the gate does not know the key, while the
+// database fallback may have sold orders the gate has not learnt of yet
+// (guard.unsettled: a fallback sale reaches Redis through the restorer's
+// debit or a rebuild). A buyer whose answer was lost (a commit that
+// succeeded past the request's deadline is answered 503) and who retries
+// the key in that window gets the order, not a refusal (I9, I11). found is
+// false, without a read, for a keyless purchase and outside that window:
+// a sold-out SKU's keyed requests cost no database read on a settled
+// gate.
+func (s *Service) fallbackOrder(ctx context.Context, req Request) (Result, bool) {
+	if req.IdempotencyKey == "" || !s.guard.unsettled() {
+		return Result{}, false
+	}
+	return s.keyInDatabase(ctx, req)
 }
 
 // keyInDatabase returns the order req's Idempotency-Key made, as the
