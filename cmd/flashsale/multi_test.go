@@ -40,7 +40,20 @@ func twoInstances(t *testing.T, hang bool) {
 	if err := b.a.buy.Catalog.Refresh(t.Context()); err != nil { // instead of waiting for the refresh period
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
+	var accepted, users []string
+	answers := map[string]reply{} // the last answer to each key
 	if hang {
+		// One purchase first, as on a sale already selling: Redis then
+		// holds the reserve script, so the first attempts queued in the
+		// frozen Redis run when it is back (by its hash; a script Redis
+		// did not hold would be refused then, and only the gate call's
+		// own retries would reach it).
+		if r := a.buyUntilAnswered("early", "shared", 1, "early", 20*time.Second); purchaseAccepted(r) {
+			accepted, users = append(accepted, r.str("order_id")), append(users, "early")
+		} else {
+			t.Fatalf("the purchase before the freeze: %d %s", r.Status, r.Raw)
+		}
 		// Frozen before the first buyer: every first attempt waits in
 		// Redis past its gate call's timeout, so both breakers open
 		// whatever the machine's speed, and the database fallback sells
@@ -51,9 +64,6 @@ func twoInstances(t *testing.T, hang bool) {
 			rs.Resume()
 		}()
 	}
-	var mu sync.Mutex
-	var accepted, users []string
-	answers := map[string]reply{} // the last answer to each key
 	var wg sync.WaitGroup
 	for i := 0; i < 300; i++ {
 		h := a
