@@ -214,11 +214,12 @@ func TestHeldBeforeFallbackSale(t *testing.T) {
 }
 
 // keyedOrders is the database's orders: those its keys made (user NUL key
-// -> order), with its look-ups by key counted.
+// -> order), with its look-ups by key counted; err, if set, fails them.
 type keyedOrders struct {
 	mu    sync.Mutex
 	byKey map[string]sale.Order
 	reads int
+	err   error
 }
 
 func (k *keyedOrders) Order(_ context.Context, id string) (sale.Order, error) {
@@ -236,6 +237,9 @@ func (k *keyedOrders) OrderByKey(_ context.Context, _, user, key string) (sale.O
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.reads++
+	if k.err != nil {
+		return sale.Order{}, k.err
+	}
 	if o, ok := k.byKey[user+"\x00"+key]; ok {
 		return o, nil
 	}
@@ -244,18 +248,31 @@ func (k *keyedOrders) OrderByKey(_ context.Context, _, user, key string) (sale.O
 
 func (k *keyedOrders) count() int { k.mu.Lock(); defer k.mu.Unlock(); return k.reads }
 
+func (k *keyedOrders) fail(err error) { k.mu.Lock(); k.err = err; k.mu.Unlock() }
+
 // TestKeyedRefusalAfterFallbackAsksDatabase: the database fallback sold
 // order X for key k while the breaker was open, and its buyer lost the
 // answer (a commit that succeeded past the request's deadline is answered
-// 503). The breaker has closed; the restorer has not yet taken X into Redis,
-// which is sold out. A retry of k is answered X, not sold out, whether the
-// instance's sold-out flag or the gate refuses it; a key without an order
-// is still refused. Before the breaker ever opened, and SettleFor after it
-// closed, a keyed refusal reads nothing from the database.
+// 503). The breaker has closed; the restorer has not yet taken X into
+// Redis, which refuses k (sold out, or limit reached: it counts a
+// reservation of the buyer's that was in flight there). A retry of k is
+// answered X, not the refusal, from the sold-out flag's path as from the
+// gate's; a key without an order is still refused; a database that cannot
+// say answers 503 (retry with the key), never the refusal. Before the
+// breaker ever opened, and once SettleFor has passed since it closed, a
+// keyed refusal reads nothing from the database.
 func TestKeyedRefusalAfterFallbackAsksDatabase(t *testing.T) {
-	for _, flag := range []bool{true, false} {
-		t.Run(map[bool]string{true: "sold-out flag", false: "gate refusal"}[flag], func(t *testing.T) {
-			const settle = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		flag    bool  // the sold-out flag answers (SoldOutTTL)
+		gate    error // what the gate answers once Redis is back
+		refusal error // the refusal a buyer is told
+	}{
+		{"sold-out flag", true, &stockgate.SoldOutError{}, sale.ErrSoldOut},
+		{"gate sold out", false, &stockgate.SoldOutError{}, sale.ErrSoldOut},
+		{"gate limit reached", false, sale.ErrLimitReached, sale.ErrLimitReached},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			x := sale.Order{ID: stockgate.NewOrderID("s"), SKU: "s", User: "u", Quantity: 1, Status: sale.StatusPendingPayment}
 			db := &keyedOrders{byKey: map[string]sale.Order{"u\x00k": x}}
 			var down atomic.Bool
@@ -263,54 +280,107 @@ func TestKeyedRefusalAfterFallbackAsksDatabase(t *testing.T) {
 				if down.Load() {
 					return errors.New("dial tcp: connection refused")
 				}
-				return nil
+				return tc.gate
 			}}
 			cat := NewCatalog(fakeSKUs{{ID: "s", PerUserLimit: 1, Stock: 100, TotalStock: 100}})
 			if err := cat.Refresh(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			var l Limits
-			if flag {
+			if tc.flag {
 				l.SoldOutTTL = time.Hour
 			}
 			s := New(Deps{Catalog: cat, Gate: g, Relay: nopRelay{}, Orders: db, Direct: &countingDirect{}, Log: slog.New(slog.DiscardHandler), Limits: l},
-				BreakerConfig{CallTimeout: 100 * time.Millisecond, OpenFor: 20 * time.Millisecond, MinRequests: 3, SettleFor: settle})
+				BreakerConfig{CallTimeout: time.Second, OpenFor: 20 * time.Millisecond, MinRequests: 3, SettleFor: time.Minute})
 			keyed := func(user, key string) (Result, error) {
 				return s.Buy(context.Background(), Request{User: user, SKU: "s", Quantity: 1, IdempotencyKey: key})
 			}
 
-			if _, err := keyed("u", "k"); !errors.Is(err, sale.ErrSoldOut) || db.count() != 0 {
-				t.Fatalf("before any opening: %v, %d database reads; want sold out, none", err, db.count())
+			if _, err := keyed("u", "k"); !errors.Is(err, tc.refusal) || db.count() != 0 {
+				t.Fatalf("before any opening: %v, %d database reads; want %v, none", err, db.count(), tc.refusal)
 			}
 			s.Noticed("s", false) // forget the flag: the next purchases reach the gate
 			down.Store(true)
 			for i := range 3 {
 				_, _ = s.Buy(context.Background(), Request{User: fmt.Sprintf("f%d", i), SKU: "s", Quantity: 1})
 			}
-			if st := s.guard.State(); st != "open" {
-				t.Fatalf("breaker %s after 3 failed gate calls, want open", st)
+			if st := s.guard.State(); st == "closed" {
+				t.Fatal("breaker closed after 3 failed gate calls, want it open")
 			}
 			down.Store(false)
-			time.Sleep(40 * time.Millisecond) // past OpenFor: the next call probes
-			if err := buy(s, "probe", 1); !errors.Is(err, sale.ErrSoldOut) {
-				t.Fatalf("probe: %v, want the gate's sold out", err)
+			// Probe until the breaker closes (past OpenFor; a probe whose
+			// rebuild outlasts its call is answered busy on a slow machine).
+			for deadline := time.Now().Add(10 * time.Second); s.guard.State() != "closed"; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("breaker %s 10 s after Redis came back, want closed", s.guard.State())
+				}
+				_ = buy(s, "probe", 1)
 			}
-			if st := s.guard.State(); st != "closed" {
-				t.Fatalf("breaker %s after a probe the gate answered, want closed", st)
+			if tc.flag {
+				if err := buy(s, "sets-the-flag", 1); !errors.Is(err, sale.ErrSoldOut) {
+					t.Fatalf("a purchase once Redis is back: %v, want sold out", err)
+				}
 			}
 
 			res, err := keyed("u", "k")
 			if err != nil || res.OrderID != x.ID || !res.Duplicate {
 				t.Fatalf("retry of a key the fallback sold: %+v, %v; want order %s", res, err, x.ID)
 			}
-			if _, err := keyed("v", "k2"); !errors.Is(err, sale.ErrSoldOut) {
-				t.Fatalf("a key without an order: %v, want sold out", err)
+			if _, err := keyed("v", "k2"); !errors.Is(err, tc.refusal) {
+				t.Fatalf("a key without an order: %v, want %v", err, tc.refusal)
 			}
-			time.Sleep(settle + 50*time.Millisecond)
+			db.fail(errors.New("read tcp: i/o timeout"))
+			if _, err := keyed("u", "k"); !errors.Is(err, sale.ErrUnavailable) {
+				t.Fatalf("retry while the database cannot say: %v, want unavailable", err)
+			}
+			db.fail(nil)
+
+			// SettleFor after the closing (the window's end, set in the past).
+			s.guard.unsettledUntil.Store(time.Now().Add(-time.Millisecond).UnixNano())
 			reads := db.count()
-			if _, err := keyed("u", "k"); !errors.Is(err, sale.ErrSoldOut) || db.count() != reads {
-				t.Fatalf("SettleFor after closing: %v, %d database reads; want the gate's sold out, none", err, db.count()-reads)
+			if _, err := keyed("u", "k"); !errors.Is(err, tc.refusal) || db.count() != reads {
+				t.Fatalf("SettleFor after closing: %v, %d database reads; want %v, none", err, db.count()-reads, tc.refusal)
 			}
 		})
+	}
+}
+
+// TestGuardSettleWindow: the window in which keyed refusals ask the
+// database is open from the breaker's opening, through half-open, until
+// SettleFor after it closes.
+func TestGuardSettleWindow(t *testing.T) {
+	obs := &states{}
+	const settle = time.Hour
+	g := newGuard(BreakerConfig{CallTimeout: time.Second, OpenFor: 20 * time.Millisecond, MinRequests: 3, SettleFor: settle}, directNone{}, rebuildNothing,
+		slog.New(slog.DiscardHandler), obs)
+	if g.unsettled() {
+		t.Fatal("unsettled before any opening")
+	}
+	clk := newWaitClock()
+	defer clk.put()
+	fail := func(context.Context) (stockgate.ReserveResult, error) {
+		return stockgate.ReserveResult{}, errors.New("dial tcp: connection refused")
+	}
+	for range 3 {
+		_, _ = g.reserve(context.Background(), clk, fail)
+	}
+	if g.State() == "closed" || !g.unsettled() {
+		t.Fatalf("breaker %s, unsettled %v after 3 failures; want open, true", g.State(), g.unsettled())
+	}
+	time.Sleep(30 * time.Millisecond)
+	if st := g.State(); st != "half-open" || !g.unsettled() {
+		t.Fatalf("breaker %s, unsettled %v past OpenFor; want half-open, true", st, g.unsettled())
+	}
+	before := time.Now()
+	for deadline := time.Now().Add(10 * time.Second); g.State() != "closed"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker %s after 10 s of probes, want closed", g.State())
+		}
+		_, _ = g.reserve(context.Background(), clk, okCall)
+	}
+	after := time.Now()
+	until := time.Unix(0, g.unsettledUntil.Load())
+	if !g.unsettled() || until.Before(before.Add(settle)) || until.After(after.Add(settle)) {
+		t.Fatalf("closed between %v and %v: unsettled %v until %v, want until SettleFor (%v) after the closing", before, after, g.unsettled(), until, settle)
 	}
 }

@@ -43,7 +43,7 @@ type BreakerConfig struct {
 	// instance (default 8); beyond it purchases get ErrBusy.
 	FallbackConcurrency int
 	// SettleFor is how long after the breaker closes a keyed purchase the
-	// gate refuses (sold out, limit reached, rate limited) also asks the
+	// gate refuses (sold out, limit reached) also asks the
 	// database for the order its Idempotency-Key made (default 30s; while
 	// the breaker is open or half-open it always does). The fallback's
 	// sales reach Redis through the restorer's debit (every 500 ms) or a
@@ -100,9 +100,10 @@ type guard struct {
 	// too (see BreakerConfig.SettleFor); MaxInt64 while not closed.
 	unsettledUntil atomic.Int64
 	settleFor      time.Duration
+	reads          chan struct{} // caps fallbackOrder's database reads in flight
 	disabled       bool
-	timeout    time.Duration
-	log        *slog.Logger
+	timeout        time.Duration
+	log            *slog.Logger
 
 	// The probe's rebuild (syncBeforeClosing), under mu.
 	mu       sync.Mutex
@@ -196,7 +197,7 @@ func (g *guard) syncBeforeClosing(ctx context.Context) error {
 func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context.Context) error, log *slog.Logger, obs BreakerObserver) *guard {
 	cfg = cfg.withDefaults()
 	g := &guard{direct: direct, sem: make(chan struct{}, cfg.FallbackConcurrency), rebuildAll: rebuildAll, disabled: cfg.Disabled || direct == nil, timeout: cfg.CallTimeout, log: log,
-		settleFor: cfg.SettleFor}
+		settleFor: cfg.SettleFor, reads: make(chan struct{}, fallbackReads)}
 	bucket := cfg.Window / 10
 	g.cb = gobreaker.NewCircuitBreaker[stockgate.ReserveResult](gobreaker.Settings{
 		Name:         "redis-gate",
@@ -255,6 +256,11 @@ func newGuard(cfg BreakerConfig, direct DirectBuyer, rebuildAll func(ctx context
 
 // State returns "closed", "half-open" or "open".
 func (g *guard) State() string { return g.cb.State().String() }
+
+// fallbackReads caps the database reads of keyed refusals in the unsettled
+// window (fallbackOrder) per instance: a sold-out sale's keyed requests
+// must not take the database the fallback and the rebuild need.
+const fallbackReads = 16
 
 // unsettled reports whether the database fallback may have sold orders the
 // gate does not know yet: the breaker is not closed, or closed less than

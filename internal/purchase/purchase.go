@@ -309,8 +309,8 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		case err == nil && found:
 			return s.inStream(ctx, req, Result{OrderID: id, Duplicate: true, Status: sale.StatusQueued})
 		case err == nil:
-			if res, found := s.fallbackOrder(ctx, req); found {
-				return res, nil
+			if res, found, ferr := s.fallbackOrder(ctx, req); found || ferr != nil {
+				return res, ferr
 			}
 			return Result{}, sale.ErrSoldOut
 		}
@@ -319,9 +319,6 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		// A retry of a key that made an order gets it, not 429: one read.
 		if res, found, kerr := s.keyInGate(ctx, req, 0); found {
 			return res, kerr
-		}
-		if res, found := s.fallbackOrder(ctx, req); found {
-			return res, nil
 		}
 		return Result{}, err
 	}
@@ -373,14 +370,18 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		}
 	case limited:
 		s.remember(limitKeys(req.SKU, req.User, ipKey), le, now)
-		if res, found := s.fallbackOrder(ctx, req); found {
-			return res, nil
-		}
 		return Result{}, err
 	case soldOut:
 		s.soldOut.set(r.SKU, so.Available, now, gen)
-		if res, found := s.fallbackOrder(ctx, req); found {
-			return res, nil
+		if res, found, ferr := s.fallbackOrder(ctx, req); found || ferr != nil {
+			return res, ferr
+		}
+		return Result{}, err
+	case errors.Is(err, sale.ErrLimitReached):
+		// The buyer's units in Redis may count a reservation in flight
+		// there while the fallback sold this key's order.
+		if res, found, ferr := s.fallbackOrder(ctx, req); found || ferr != nil {
+			return res, ferr
 		}
 		return Result{}, err
 	case errors.Is(err, errBreakerOpen):
@@ -580,21 +581,39 @@ func (s *Service) inStreamWith(ctx, lctx context.Context, req Request, res Resul
 }
 
 // fallbackOrder returns the order req's Idempotency-Key made in the
-// database, for a keyed purchase about to be refused (sold out, limit
-// reached, rate limited) because the gate does not know the key, while the
-// database fallback may have sold orders the gate has not learnt of yet
+// database, for a keyed purchase about to be refused sold out or
+// limit_reached because the gate does not know the key, while the database
+// fallback may have sold orders the gate has not learnt of yet
 // (guard.unsettled: a fallback sale reaches Redis through the restorer's
 // debit or a rebuild). A buyer whose answer was lost (a commit that
 // succeeded past the request's deadline is answered 503) and who retries
-// the key in that window gets the order, not a refusal (I9, I11). found is
-// false, without a read, for a keyless purchase and outside that window:
-// a sold-out SKU's keyed requests cost no database read on a settled
-// gate.
-func (s *Service) fallbackOrder(ctx context.Context, req Request) (Result, bool) {
-	if req.IdempotencyKey == "" || !s.guard.unsettled() {
-		return Result{}, false
+// the key in that window gets the order, not a refusal (I9, I11). The read
+// is bounded (settledTimeout) and at most fallbackReads run at once; when
+// the database cannot say, err is sale.ErrUnavailable (retry with the key),
+// never the refusal. found is false and err nil, without a read, for a
+// keyless purchase and outside that window: a sold-out sale's keyed
+// requests cost no database read on a settled gate. (A rate limit's 429 is
+// no answer to the key, only "later": it does not ask.)
+func (s *Service) fallbackOrder(ctx context.Context, req Request) (Result, bool, error) {
+	if req.IdempotencyKey == "" || s.orders == nil || !s.guard.unsettled() {
+		return Result{}, false, nil
 	}
-	return s.keyInDatabase(ctx, req)
+	select {
+	case s.guard.reads <- struct{}{}:
+		defer func() { <-s.guard.reads }()
+	default:
+		return Result{}, false, fmt.Errorf("%w: whether this Idempotency-Key has an order the database fallback sold cannot be read now (redis is recovering), retry with the same key", sale.ErrUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(ctx, settledTimeout)
+	defer cancel()
+	o, err := s.orders.OrderByKey(ctx, req.SKU, req.User, req.IdempotencyKey)
+	switch {
+	case err == nil:
+		return Result{OrderID: o.ID, Duplicate: true, Status: o.Status, Order: &o}, true, nil
+	case errors.Is(err, sale.ErrOrderNotFound):
+		return Result{}, false, nil
+	}
+	return Result{}, false, fmt.Errorf("%w: whether this Idempotency-Key has an order the database fallback sold could not be read (%v), retry with the same key", sale.ErrUnavailable, err)
 }
 
 // keyInDatabase returns the order req's Idempotency-Key made, as the
