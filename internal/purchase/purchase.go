@@ -606,14 +606,11 @@ func (s *Service) fallbackOrder(ctx context.Context, req Request) (Result, bool,
 	}
 	ctx, cancel := context.WithTimeout(ctx, settledTimeout)
 	defer cancel()
-	o, err := s.orders.OrderByKey(ctx, req.SKU, req.User, req.IdempotencyKey)
-	switch {
-	case err == nil:
-		return Result{OrderID: o.ID, Duplicate: true, Status: o.Status, Order: &o}, true, nil
-	case errors.Is(err, sale.ErrOrderNotFound):
-		return Result{}, false, nil
+	res, found, err := s.orderByKey(ctx, req)
+	if err != nil {
+		return Result{}, false, fmt.Errorf("%w: whether this Idempotency-Key has an order the database fallback sold could not be read (%v), retry with the same key", sale.ErrUnavailable, err)
 	}
-	return Result{}, false, fmt.Errorf("%w: whether this Idempotency-Key has an order the database fallback sold could not be read (%v), retry with the same key", sale.ErrUnavailable, err)
+	return res, found, nil
 }
 
 // keyInDatabase returns the order req's Idempotency-Key made, as the
@@ -623,14 +620,24 @@ func (s *Service) keyInDatabase(ctx context.Context, req Request) (Result, bool)
 	if req.IdempotencyKey == "" || s.orders == nil {
 		return Result{}, false
 	}
-	o, err := s.orders.OrderByKey(ctx, req.SKU, req.User, req.IdempotencyKey)
+	res, found, err := s.orderByKey(ctx, req)
 	if err != nil {
-		if !errors.Is(err, sale.ErrOrderNotFound) {
-			s.log.Warn("purchase: idempotency key look-up in the database", "sku_id", req.SKU, "err", err)
-		}
-		return Result{}, false
+		s.log.Warn("purchase: idempotency key look-up in the database", "sku_id", req.SKU, "err", err)
 	}
-	return Result{OrderID: o.ID, Duplicate: true, Status: o.Status, Order: &o}, true
+	return res, found
+}
+
+// orderByKey reads the order req's Idempotency-Key made from the database:
+// found is false, err nil, when there is none.
+func (s *Service) orderByKey(ctx context.Context, req Request) (Result, bool, error) {
+	o, err := s.orders.OrderByKey(ctx, req.SKU, req.User, req.IdempotencyKey)
+	switch {
+	case err == nil:
+		return Result{OrderID: o.ID, Duplicate: true, Status: o.Status, Order: &o}, true, nil
+	case errors.Is(err, sale.ErrOrderNotFound):
+		return Result{}, false, nil
+	}
+	return Result{}, false, err
 }
 
 // reserve calls the gate. A transport error means the outcome is unknown:
