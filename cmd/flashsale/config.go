@@ -339,7 +339,7 @@ func parseConfig(name string, args []string, getenv func(string) string, out io.
 	e.int(&c.ApplyBatch, "apply-batch", "FLASHSALE_APPLY_BATCH", 1000, "most reservations applied in one database transaction")
 	e.int(&c.ApplyWorkers, "apply-workers", "FLASHSALE_APPLY_WORKERS", 2, "concurrent batch appliers per instance")
 	e.int(&c.NATSReplicas, "nats-replicas", "FLASHSALE_NATS_REPLICAS", 1, "replicas of the JetStream streams and durable consumers (3 on a 3-node JetStream cluster; a stream with more is never lowered)")
-	e.int(&c.OrderSchema, "order-schema", "FLASHSALE_ORDER_SCHEMA", 1, "schema version of the reservations published on the order stream: 1 (one per message, what every release reads) or 2 (several of a SKU per message; set it once no instance of a release before this one runs: docs/releasing.md)")
+	e.int(&c.OrderSchema, "order-schema", "FLASHSALE_ORDER_SCHEMA", 2, "schema version of the reservations published on the order stream: 2 (several of a SKU per message, published only while every instance in the fleet registry reads it) or 1 (one per message, what every release reads; set it before rolling back past 07132d2: docs/releasing.md)")
 	e.bool(&c.NATSSyncAlways, "nats-sync-always", "FLASHSALE_NATS_SYNC_ALWAYS", false, "embedded JetStream fsyncs every write (survives power loss; slower)")
 	e.dur(&c.KeyRetention, "key-retention", "FLASHSALE_KEY_RETENTION", 24*time.Hour, "how long after a sale ends its Redis keys are kept (never while work is in flight)")
 	e.dur(&c.ClosedRetention, "closed-retention", "FLASHSALE_CLOSED_RETENTION", stockgate.DefaultClosedRetention, "how long Redis remembers a closed order id (a retry of it is a duplicate); an older retry is answered from the database")

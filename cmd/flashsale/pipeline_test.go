@@ -26,26 +26,31 @@ func TestConcurrentBuyers(t *testing.T) {
 		maxQty       int
 		env          []string
 	}{
+		// The default: several reservations per stream message (schema
+		// version 2) once the instance's beat is in the fleet registry.
 		{"limit1-embedded", "embedded", 2000, 100, 1, 1, nil},
 		{"limit1-external", "external", 2000, 100, 1, 1, nil},
 		{"quantity-external", "external", 2000, 100, 3, 3, nil},
-		// Several reservations per stream message (schema version 2).
-		{"quantity-schema2", "external", 2000, 100, 3, 3, []string{"FLASHSALE_ORDER_SCHEMA", "2"}},
+		// One reservation per message (schema version 1), what an instance
+		// publishes beside an older release.
+		{"quantity-schema1", "external", 2000, 100, 3, 3, []string{"FLASHSALE_ORDER_SCHEMA", "1"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, testConfig(t, c.nats, c.env...))
 			w := watchBreaker(h)
+			// With the default the instance turns schema 2 on once its own
+			// beat is in the fleet registry (within a check, 2 s).
+			want := orderqueue.SchemaBatch
 			if len(c.env) > 0 {
-				// The instance turns schema 2 on once its own beat is in the
-				// fleet registry (within a check, 2 s).
-				deadline := time.Now().Add(15 * time.Second)
-				for h.a.queue.PublishSchema() != orderqueue.SchemaBatch {
-					if time.Now().After(deadline) {
-						t.Fatalf("publishes schema %d after 15 s, want 2", h.a.queue.PublishSchema())
-					}
-					time.Sleep(50 * time.Millisecond)
+				want = 1
+			}
+			deadline := time.Now().Add(15 * time.Second)
+			for h.a.queue.PublishSchema() != want {
+				if time.Now().After(deadline) {
+					t.Fatalf("publishes schema %d after 15 s, want %d", h.a.queue.PublishSchema(), want)
 				}
+				time.Sleep(50 * time.Millisecond)
 			}
 			sku := "hot-" + c.name
 			h.mustPutSKU(sku, c.stock, c.limit)
