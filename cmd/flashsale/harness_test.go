@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +32,8 @@ type harness struct {
 	srv *httptest.Server
 	hc  *http.Client
 	// srvURL is the base URL of the service (set for processes; srv.URL otherwise).
-	srvURL string
+	srvURL  string
+	stopped sync.Once
 }
 
 type testLogWriter struct{ t *testing.T }
@@ -87,11 +89,17 @@ func newHarness(t *testing.T, cfg config) *harness {
 	srv := httptest.NewServer(a.handler)
 	h := &harness{t: t, cfg: cfg, a: a, srv: srv, srvURL: srv.URL,
 		hc: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}}
-	t.Cleanup(func() {
-		srv.Close()
-		a.close()
-	})
+	t.Cleanup(h.stop)
 	return h
+}
+
+// stop closes the instance's server and stops the instance (once; the
+// test's cleanup calls it too).
+func (h *harness) stop() {
+	h.stopped.Do(func() {
+		h.srv.Close()
+		h.a.close()
+	})
 }
 
 type reply struct {

@@ -138,6 +138,9 @@ type app struct {
 	// sale history from every instance's counts.
 	tally    *salehistory.Tally
 	recorder *salehistory.Recorder
+	// notices is the subscription to the instances' change notices
+	// (notice.Subject); a test unsubscribes it to stand for lost notices.
+	notices *nats.Subscription
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -278,7 +281,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		OpenFor: cfg.BreakerOpenFor, FallbackConcurrency: cfg.FallbackConc, Disabled: cfg.FallbackConc == 0,
 		CallTimeout: cfg.RedisTimeout,
 	})
-	if _, err = notice.Subscribe(a.nc, a.buy, log); err != nil {
+	if a.notices, err = notice.Subscribe(a.nc, a.buy, log); err != nil {
 		return nil, fmt.Errorf("nats: catalog notices: %w", err)
 	}
 

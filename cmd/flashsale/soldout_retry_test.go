@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestKeyedRetryNeverSoldOut: no retry of an Idempotency-Key that made an
+// order is ever answered sold_out, whichever instance it reaches, however
+// the sale's stock came and went, and after an instance restarts. Two
+// instances share Redis, the stream and the database; a sale sells out,
+// and then, cycle after cycle, one unit comes back (a buyer's cancel, an
+// admin restock), a new buyer takes it through instance a, and the
+// winner's retry goes to instance b while b answers the sale sold out from
+// memory: once with b's flag set before the unit came back (the flag a
+// memory answer could have gone stale with; in the last cycles b hears no
+// notice of the unit's return, as when one is lost), once with a flag set
+// after the unit was taken again. Halfway, b is stopped and a new instance
+// takes its place. At the end every key that made an order, cancelled or not,
+// is retried through both instances and must be answered with its order.
+// This is the guarantee any answer of a keyed sold out from memory must
+// keep (docs/architecture.md, "Sold-out answers").
+func TestKeyedRetryNeverSoldOut(t *testing.T) {
+	slowEndToEnd(t)
+	t.Parallel()
+	// Flags that last (the default is 1 s): only a notice of returned
+	// units ends one early, so the retries meet flags set before their
+	// units came back as often as the instances allow.
+	cfg := testConfig(t, "external", "FLASHSALE_SOLD_OUT_TTL", "30s")
+	a := newHarness(t, cfg)
+	b := newHarness(t, cfg)
+	const sku, stock = "so", 8
+	a.mustPutSKU(sku, stock, 1)
+	if err := b.a.buy.Catalog.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var orders []made
+	n := 0
+	fresh := func() (string, string) { n++; return fmt.Sprintf("u%d", n), fmt.Sprintf("k%d", n) }
+
+	// buyOne buys through h with fresh buyers until one is accepted.
+	buyOne := func(h *harness, why string) made {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			u, k := fresh()
+			if r := h.buyUntilAnswered(u, sku, 1, k, 20*time.Second); purchaseAccepted(r) {
+				m := made{u, k, r.str("order_id")}
+				orders = append(orders, m)
+				return m
+			} else if r.code() != "sold_out" {
+				t.Fatalf("%s: %s's purchase: %d %s", why, u, r.Status, r.Raw)
+			}
+		}
+		t.Fatalf("%s: no unit to buy within 30 s", why)
+		return made{}
+	}
+	// flag makes h answer the sale sold out from memory: a fresh buyer
+	// told sold_out sets h's flag.
+	flag := func(h *harness, why string) {
+		t.Helper()
+		for range 50 {
+			u, k := fresh()
+			r := h.buyUntilAnswered(u, sku, 1, k, 20*time.Second)
+			if purchaseAccepted(r) {
+				t.Fatalf("%s: %s bought %s, but the sale should be sold out", why, u, r.str("order_id"))
+			}
+			if r.code() != "sold_out" {
+				t.Fatalf("%s: %s's purchase: %d %s, want sold_out", why, u, r.Status, r.Raw)
+			}
+			if h.a.buy.SoldOutFlagged(sku) {
+				return
+			}
+		}
+		t.Fatalf("%s: the instance does not answer the sale sold out from memory", why)
+	}
+	flaggedRetries := 0
+	// retry sends m's key again through h: its order, never sold_out. It
+	// reports whether h had the sale flagged sold out as it was sent.
+	retry := func(h *harness, m made, why string) bool {
+		t.Helper()
+		flagged := h.a.buy.SoldOutFlagged(sku)
+		if flagged {
+			flaggedRetries++
+		}
+		r := h.buyUntilAnswered(m.user, sku, 1, m.key, 20*time.Second)
+		if !purchaseAccepted(r) || r.str("order_id") != m.id {
+			t.Errorf("%s: retry of %s's key %s (order %s): %d %s", why, m.user, m.key, m.id, r.Status, r.Raw)
+		}
+		return flagged
+	}
+	staleFlags := 0 // retries that met a flag set before their unit came back
+
+	for range stock {
+		buyOne(a, "selling out")
+	}
+	flag(a, "sold out")
+	flag(b, "sold out")
+	const cycles = 8
+	for c := range cycles {
+		if c == cycles-2 {
+			// The notices that units came back are core NATS, at most
+			// once: b stops hearing them, so its flag outlives the unit's
+			// return (until its TTL), as after a lost notice.
+			if err := b.a.notices.Unsubscribe(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c == cycles/2 {
+			// A restart: b stops, a new instance takes its place (no flag,
+			// nothing in memory).
+			b.stop()
+			b = newHarness(t, cfg)
+			if err := b.a.buy.Catalog.Refresh(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range orders {
+				retry(b, m, "after the restart")
+			}
+		}
+		// b answers sold out from memory, then one unit comes back.
+		flag(b, fmt.Sprintf("cycle %d, before the unit comes back", c))
+		how := "a cancel"
+		if c%2 == 0 {
+			m := orders[c]
+			if r := a.do(http.MethodPost, "/api/v1/orders/"+m.id+"/cancel", "", "Authorization: Bearer "+userToken(t, m.user)); r.Status != http.StatusOK {
+				// Still queued: cancel waits for the database.
+				settle(t, a.a, sku, ids(orders), 30*time.Second)
+				if r = a.do(http.MethodPost, "/api/v1/orders/"+m.id+"/cancel", "", "Authorization: Bearer "+userToken(t, m.user)); r.Status != http.StatusOK {
+					t.Fatalf("cycle %d: cancel %s: %d %s", c, m.id, r.Status, r.Raw)
+				}
+			}
+		} else {
+			how = "a restock"
+			r := a.putSKUAnswered(sku, fmt.Sprintf(`{"stock":%d,"per_user_limit":1}`, stock+(c+1)/2))
+			if !saved(r) {
+				t.Fatalf("cycle %d: restock: %d %s", c, r.Status, r.Raw)
+			}
+		}
+		why := fmt.Sprintf("cycle %d (%s)", c, how)
+		won := buyOne(a, why)
+		// The winner's retry through b: b's flag was set before the unit
+		// came back (unless a notice of the unit's return cleared it).
+		if retry(b, won, why+", b flagged before") {
+			staleFlags++
+		}
+		// Sold out again: b flagged after the unit was taken.
+		flag(b, why+", after the unit was taken")
+		retry(b, won, why+", b flagged after")
+		retry(a, won, why+", through a")
+	}
+	if flaggedRetries == 0 || staleFlags == 0 {
+		t.Errorf("%d retries reached b while it answered the sale sold out from memory, %d with a flag set before their unit came back: the test did not test it",
+			flaggedRetries, staleFlags)
+	}
+	settle(t, a.a, sku, ids(orders), 30*time.Second)
+	for _, m := range orders {
+		retry(a, m, "at the end, through a")
+		retry(b, m, "at the end, through b")
+	}
+	t.Logf("%d orders, %d retries answered while the instance had the sale flagged sold out, %d of them with a flag set before their unit came back",
+		len(orders), flaggedRetries, staleFlags)
+}
+
+// made is an order a buyer's key made.
+type made struct{ user, key, id string }
+
+func ids(ms []made) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.id
+	}
+	return out
+}
