@@ -277,17 +277,6 @@ func waitSchema(base string, want int, d time.Duration) (int, error) {
 	}
 }
 
-// holdsSchema reads the instance's gauge every 100 ms for d and returns
-// the first value other than want (or want).
-func holdsSchema(base string, want int, d time.Duration) (int, error) {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if got, err := schemaPublished(base); err != nil || got != want {
-			return got, err
-		}
-	}
-	return want, nil
-}
-
 var metricsClient = &http.Client{Timeout: 2 * time.Second}
 
 func schemaPublished(base string) (int, error) {
