@@ -667,9 +667,18 @@ func (a *app) sampleHistory(ctx context.Context, now time.Time) {
 // reservations per message) while every instance the fleet registry lists
 // reports reading it, and version 1 otherwise, checking every period until
 // ctx ends. An instance of a release that reads only version 1 and beats
-// in the registry turns it off within a period of its first beat; releases
-// that do not beat at all are the operator's to rule out before setting
-// order-schema to 2 (docs/releasing.md).
+// in the registry turns it off within a period of its first beat, and it
+// stays off for schemaHold periods after such an instance was last listed:
+// one that restarts leaves the registry on its way down and starts its
+// consumer before its first beat, and a registry Redis lost is beaten
+// back by every instance within 5 s. Releases that do not beat at all are
+// the operator's to rule out (docs/releasing.md).
+// schemaHold is how many of publishSchema's periods version 1 is kept
+// after an instance that does not read version 2 was last listed (60 s at
+// the 2 s period): longer than a restart of such an instance takes to beat
+// again, and than the registry's beat period (5 s).
+const schemaHold = 30
+
 func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry, every time.Duration, log *slog.Logger, observe func(int)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -677,6 +686,7 @@ func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry
 	// shares with other calls (the client drops it): never shorter than a
 	// second, whatever the period.
 	timeout := max(every, time.Second)
+	var lastLacking time.Time // when an instance that does not read version 2 was last listed
 	for {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		in, err := reg.Instances(cctx, time.Now())
@@ -686,7 +696,11 @@ func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry
 		// An empty list is no answer: this instance's own beat is not in
 		// yet (it is listed once it beats).
 		if err == nil && len(in) > 0 {
-			if lacking = fleet.Lacking(in, fleet.FeatureSchema2); len(lacking) == 0 {
+			lacking = fleet.Lacking(in, fleet.FeatureSchema2)
+			switch {
+			case len(lacking) > 0:
+				lastLacking = time.Now()
+			case lastLacking.IsZero() || time.Since(lastLacking) >= schemaHold*every:
 				want = orderqueue.SchemaBatch
 			}
 		}
