@@ -3,8 +3,11 @@ package orderqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestAnsweredAsksAgain: a set-up request the broker leaves unanswered
@@ -42,5 +45,47 @@ func TestAnsweredAsksAgain(t *testing.T) {
 	_, err = answered(short, func(ctx context.Context) (string, error) { calls++; <-ctx.Done(); return "", ctx.Err() })
 	if !errors.Is(err, context.DeadlineExceeded) || short.Err() == nil {
 		t.Fatalf("never answered: %v after %d calls, want the caller's deadline", err, calls)
+	}
+}
+
+// TestUntilPlacedAsksAgain: a stream's creation that the cluster refuses
+// for want of servers to place it on (JSClusterNoPeersErrF, "no suitable
+// peers for placement, peer offline": CI saw an instance exit at start on
+// it, seconds after every node of a new cluster answered /healthz) is asked
+// again until it succeeds, for up to its bound; any other error, and the
+// caller's context ending, end it at once.
+func TestUntilPlacedAsksAgain(t *testing.T) {
+	ctx := context.Background()
+	noPeers := &jetstream.APIError{Code: 400, ErrorCode: errNoPeers, Description: "no suitable peers for placement, peer offline"}
+
+	calls := 0
+	v, err := untilPlaced(ctx, 10*time.Second, func(context.Context) (string, error) {
+		if calls++; calls < 3 {
+			return "", fmt.Errorf("orderqueue: %w", noPeers)
+		}
+		return "created", nil
+	})
+	if err != nil || v != "created" || calls != 3 {
+		t.Fatalf("after two refusals for want of peers: %q %v in %d calls, want created in 3", v, err, calls)
+	}
+
+	other := &jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use with a different configuration"}
+	calls = 0
+	if _, err := untilPlaced(ctx, 10*time.Second, func(context.Context) (string, error) { calls++; return "", other }); !errors.Is(err, other) || calls != 1 {
+		t.Fatalf("another refusal: %v in %d calls, want it returned at once", err, calls)
+	}
+
+	calls = 0
+	start := time.Now()
+	_, err = untilPlaced(ctx, 600*time.Millisecond, func(context.Context) (string, error) { calls++; return "", noPeers })
+	if !errors.Is(err, noPeers) || calls < 2 || time.Since(start) > 5*time.Second {
+		t.Fatalf("never placed: %v after %d calls in %v, want the refusal after the bound", err, calls, time.Since(start))
+	}
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := untilPlaced(short, time.Minute, func(context.Context) (string, error) { return "", noPeers }); !errors.Is(err, noPeers) || time.Since(start) > 5*time.Second {
+		t.Fatalf("the caller's context ended: %v after %v, want the refusal at once", err, time.Since(start))
 	}
 }

@@ -222,9 +222,43 @@ func answered[T any](ctx context.Context, f func(context.Context) (T, error)) (T
 	}
 }
 
-// createStream creates or updates a stream (see answered).
+// errNoPeers is the broker's JSClusterNoPeersErrF: a replicated stream
+// found too few servers to place it on ("no suitable peers for placement,
+// peer offline"). A cluster just formed, or one whose server restarts,
+// answers it until the meta leader hears from that server again (CI saw
+// an instance exit at start on it, seconds after every node's /healthz
+// said ok).
+const errNoPeers jetstream.ErrorCode = 10005
+
+// noPeersFor bounds how long a stream's creation is asked again while the
+// cluster has too few servers for it.
+var noPeersFor = 30 * time.Second
+
+// createStream creates or updates a stream (see answered), asked again
+// every 250 ms for up to noPeersFor while the cluster has too few servers
+// up to place it; then the broker's error is the caller's.
 func (q *Queue) createStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	return answered(ctx, func(ctx context.Context) (jetstream.Stream, error) { return q.js.CreateOrUpdateStream(ctx, cfg) })
+	return untilPlaced(ctx, noPeersFor, func(ctx context.Context) (jetstream.Stream, error) {
+		return answered(ctx, func(ctx context.Context) (jetstream.Stream, error) { return q.js.CreateOrUpdateStream(ctx, cfg) })
+	})
+}
+
+// untilPlaced runs f again every 250 ms while it fails with errNoPeers, for
+// up to within and while ctx lasts.
+func untilPlaced[T any](ctx context.Context, within time.Duration, f func(context.Context) (T, error)) (T, error) {
+	deadline := time.Now().Add(within)
+	for {
+		v, err := f(ctx)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errNoPeers || !time.Now().Before(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // deleteRetired deletes the retired payment-timer consumer if an older
