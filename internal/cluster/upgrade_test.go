@@ -243,6 +243,12 @@ func TestUpgrade(t *testing.T) {
 		// 2 s, of their start; 10 s allowed here), and the consumers of
 		// both versions apply what they publish (the invariants above).
 		for i, s := range svcs {
+			// No instance of either met a message it could not read (the
+			// previous release's consumer leaves such a message on the
+			// stream and counts it).
+			if n, err := metric(s.URL, "flashsale_messages_unknown_version_total"); err != nil || n != 0 {
+				t.Errorf("%s: %s (%s) met %v messages of a schema version it does not read: %v", st.name, serverName(i), version[i], n, err)
+			}
 			if version[i] != "new" {
 				continue
 			}
@@ -280,6 +286,13 @@ func waitSchema(base string, want int, d time.Duration) (int, error) {
 var metricsClient = &http.Client{Timeout: 2 * time.Second}
 
 func schemaPublished(base string) (int, error) {
+	v, err := metric(base, "flashsale_order_schema_published")
+	return int(v), err
+}
+
+// metric reads the value of an unlabelled metric from the instance's
+// /metrics.
+func metric(base, name string) (float64, error) {
 	resp, err := metricsClient.Get(strings.TrimSuffix(base, "/") + "/metrics")
 	if err != nil {
 		return -1, err
@@ -290,9 +303,9 @@ func schemaPublished(base string) (int, error) {
 		return -1, err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "flashsale_order_schema_published "); ok {
-			return strconv.Atoi(strings.TrimSpace(v))
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
-	return -1, fmt.Errorf("no flashsale_order_schema_published in /metrics")
+	return -1, fmt.Errorf("no %s in /metrics", name)
 }
