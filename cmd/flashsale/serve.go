@@ -663,6 +663,12 @@ func (a *app) sampleHistory(ctx context.Context, now time.Time) {
 	}
 }
 
+// schemaHold is how many of publishSchema's periods version 1 is kept
+// after an instance that does not read version 2 was last listed (60 s at
+// the 2 s period): longer than a restart of such an instance takes to beat
+// again, and than the registry's beat period (5 s).
+const schemaHold = 30
+
 // publishSchema lets the queue publish schema version 2 (several
 // reservations per message) while every instance the fleet registry lists
 // reports reading it, and version 1 otherwise, checking every period until
@@ -672,13 +678,9 @@ func (a *app) sampleHistory(ctx context.Context, now time.Time) {
 // one that restarts leaves the registry on its way down and starts its
 // consumer before its first beat, and a registry Redis lost is beaten
 // back by every instance within 5 s. Releases that do not beat at all are
-// the operator's to rule out (docs/releasing.md).
-// schemaHold is how many of publishSchema's periods version 1 is kept
-// after an instance that does not read version 2 was last listed (60 s at
-// the 2 s period): longer than a restart of such an instance takes to beat
-// again, and than the registry's beat period (5 s).
-const schemaHold = 30
-
+// the operator's to rule out (docs/releasing.md). The hold is this
+// instance's memory: one that starts while an older instance is between
+// its exit and its first beat does not know of it (docs/releasing.md).
 func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry, every time.Duration, log *slog.Logger, observe func(int)) {
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -55,6 +56,9 @@ func TestAnsweredAsksAgain(t *testing.T) {
 // again until it succeeds, for up to its bound; any other error, and the
 // caller's context ending, end it at once.
 func TestUntilPlacedAsksAgain(t *testing.T) {
+	if errNoPeers != jetstream.ErrorCode(server.JSClusterNoPeersErrF) {
+		t.Fatalf("errNoPeers %d, the broker's JSClusterNoPeersErrF is %d", errNoPeers, server.JSClusterNoPeersErrF)
+	}
 	ctx := context.Background()
 	noPeers := &jetstream.APIError{Code: 400, ErrorCode: errNoPeers, Description: "no suitable peers for placement, peer offline"}
 
@@ -69,17 +73,22 @@ func TestUntilPlacedAsksAgain(t *testing.T) {
 		t.Fatalf("after two refusals for want of peers: %q %v in %d calls, want created in 3", v, err, calls)
 	}
 
-	other := &jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use with a different configuration"}
-	calls = 0
-	if _, err := untilPlaced(ctx, 10*time.Second, func(context.Context) (string, error) { calls++; return "", other }); !errors.Is(err, other) || calls != 1 {
-		t.Fatalf("another refusal: %v in %d calls, want it returned at once", err, calls)
+	for _, other := range []*jetstream.APIError{
+		{Code: 400, ErrorCode: 10058, Description: "stream name already in use with a different configuration"},
+		// The same code for a stream the cluster can never place.
+		{Code: 400, ErrorCode: errNoPeers, Description: "no suitable peers for placement, insufficient resources"},
+	} {
+		calls = 0
+		if _, err := untilPlaced(ctx, 10*time.Second, func(context.Context) (string, error) { calls++; return "", other }); !errors.Is(err, other) || calls != 1 {
+			t.Fatalf("%v: %v in %d calls, want it returned at once", other, err, calls)
+		}
 	}
 
 	calls = 0
 	start := time.Now()
 	_, err = untilPlaced(ctx, 600*time.Millisecond, func(context.Context) (string, error) { calls++; return "", noPeers })
-	if !errors.Is(err, noPeers) || calls < 2 || time.Since(start) > 5*time.Second {
-		t.Fatalf("never placed: %v after %d calls in %v, want the refusal after the bound", err, calls, time.Since(start))
+	if took := time.Since(start); !errors.Is(err, noPeers) || took < 600*time.Millisecond || took > 5*time.Second || calls < 2 || calls > 600/250+2 {
+		t.Fatalf("never placed: %v after %d calls in %v, want the refusal after the 600 ms bound, asked every 250 ms", err, calls, took)
 	}
 
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)

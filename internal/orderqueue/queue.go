@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -243,14 +244,23 @@ func (q *Queue) createStream(ctx context.Context, cfg jetstream.StreamConfig) (j
 	})
 }
 
-// untilPlaced runs f again every 250 ms while it fails with errNoPeers, for
-// up to within and while ctx lasts.
+// peerOffline reports whether err is the broker's errNoPeers because a
+// server is offline. The same code also says the cluster can never place
+// the stream (more replicas than servers, tags no server has, too little
+// storage): those are the operator's to fix, and fail at once.
+func peerOffline(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errNoPeers && strings.Contains(apiErr.Description, "offline")
+}
+
+// untilPlaced runs f again every 250 ms while it fails because a server the
+// stream needs is offline (peerOffline), for up to within and while ctx
+// lasts.
 func untilPlaced[T any](ctx context.Context, within time.Duration, f func(context.Context) (T, error)) (T, error) {
 	deadline := time.Now().Add(within)
 	for {
 		v, err := f(ctx)
-		var apiErr *jetstream.APIError
-		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errNoPeers || !time.Now().Before(deadline) {
+		if err == nil || !peerOffline(err) || !time.Now().Before(deadline) {
 			return v, err
 		}
 		select {
