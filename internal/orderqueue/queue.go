@@ -244,6 +244,30 @@ func (q *Queue) createStream(ctx context.Context, cfg jetstream.StreamConfig) (j
 	})
 }
 
+// askWhile runs f again every period while it fails with an error retry
+// accepts, for up to within and while ctx lasts; then f's last answer is
+// the caller's.
+func askWhile[T any](ctx context.Context, within, every time.Duration, retry func(error) bool, f func(context.Context) (T, error)) (T, error) {
+	deadline := time.Now().Add(within)
+	for {
+		v, err := f(ctx)
+		if err == nil || !retry(err) || !time.Now().Before(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(every):
+		}
+	}
+}
+
+// isCode reports whether err is the broker's API error code.
+func isCode(err error, code jetstream.ErrorCode) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == code
+}
+
 // peerOffline reports whether err is the broker's errNoPeers because a
 // server is offline. The same code also says the cluster can never place
 // the stream (more replicas than servers, tags no server has, too little
@@ -257,18 +281,7 @@ func peerOffline(err error) bool {
 // stream needs is offline (peerOffline), for up to within and while ctx
 // lasts.
 func untilPlaced[T any](ctx context.Context, within time.Duration, f func(context.Context) (T, error)) (T, error) {
-	deadline := time.Now().Add(within)
-	for {
-		v, err := f(ctx)
-		if err == nil || !peerOffline(err) || !time.Now().Before(deadline) {
-			return v, err
-		}
-		select {
-		case <-ctx.Done():
-			return v, err
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	return askWhile(ctx, within, 250*time.Millisecond, peerOffline, f)
 }
 
 // deleteRetired deletes the retired payment-timer consumer if an older
@@ -290,19 +303,10 @@ func deleteRetired(ctx context.Context, st jetstream.Stream) error {
 const errConsumerReplicasExceedStream jetstream.ErrorCode = 10126
 
 func createConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := answered(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return st.CreateOrUpdateConsumer(ctx, cfg) })
-		var apiErr *jetstream.APIError
-		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errConsumerReplicasExceedStream || time.Now().After(deadline) {
-			return c, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	exceeds := func(err error) bool { return isCode(err, errConsumerReplicasExceedStream) }
+	return askWhile(ctx, 15*time.Second, 100*time.Millisecond, exceeds, func(ctx context.Context) (jetstream.Consumer, error) {
+		return answered(ctx, func(ctx context.Context) (jetstream.Consumer, error) { return st.CreateOrUpdateConsumer(ctx, cfg) })
+	})
 }
 
 // Message is one reservation to publish.
