@@ -33,6 +33,7 @@ import (
 	_ "embed"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -61,6 +62,12 @@ var (
 	// front of each script that moves units from outside the purchase path.
 	//go:embed debt.lua
 	debtLua string
+	// leasewait.lua defines lease_wait, put in front of each script that
+	// adds key fields to a sale outside reserve.lua (soldlease.lua).
+	//go:embed leasewait.lua
+	leaseWaitLua string
+	//go:embed soldlease.lua
+	soldLeaseLua string
 )
 
 // Gate is the Redis side of the purchase path. It is safe for concurrent use.
@@ -77,9 +84,13 @@ type Gate struct {
 	expire   *rueidis.Lua
 	fence    *rueidis.Lua
 	restore  *rueidis.Lua
+	lease    *rueidis.Lua
 	keys     keyLookups    // Duplicate's coalesced look-ups (keylookup.go)
 	xferWait time.Duration // see SetTransferWait
 	replicas sync.Map      // bucket name -> replicaSeen (durable.go)
+	// seedLease is the sold-out lease, ms, a load starts a sale with
+	// (SetSeedLease; 0: none).
+	seedLease atomic.Int64
 }
 
 // New returns a Gate on client c whose keys all start with prefix + ":".
@@ -95,13 +106,14 @@ func New(c rueidis.Client, prefix string) *Gate {
 		closedMs: DefaultClosedRetention.Milliseconds(),
 		reserve:  newReserveScript(reserveLua),
 		finalize: rueidis.NewLuaScript(debtLua + finalizeLua),
-		seed:     rueidis.NewLuaScript(seedLua),
+		seed:     rueidis.NewLuaScript(leaseWaitLua + seedLua),
 		inflight: rueidis.NewLuaScriptReadOnly(inflightLua),
 		resync:   rueidis.NewLuaScript(resyncLua),
 		adjust:   rueidis.NewLuaScript(debtLua + adjustLua),
 		expire:   rueidis.NewLuaScript(expireLua),
 		fence:    rueidis.NewLuaScript(fenceLua),
-		restore:  rueidis.NewLuaScript(debtLua + restoreLua),
+		restore:  rueidis.NewLuaScript(debtLua + leaseWaitLua + restoreLua),
+		lease:    rueidis.NewLuaScript(soldLeaseLua),
 		xferWait: DefaultTransferWait,
 	}
 }

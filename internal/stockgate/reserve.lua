@@ -5,7 +5,8 @@
 -- KEYS[1] meta    hash: avail, limit, starts, ends (ms, 0 = none), reserved, epoch,
 --                 inflight (units of the res entries, kept when present: see seed.lua),
 --                 cfloor (closed markers of reservations accepted before it are dropped,
---                 see finalize.lua)
+--                 see finalize.lua), solu (the sold-out lease's end, ms on Redis' clock:
+--                 see soldlease.lua)
 -- KEYS[2] buyers  hash: user -> units held (reserved or live)
 -- KEYS[3] res     hash: order_id -> reservation JSON (in flight: not yet applied in the database)
 -- KEYS[4] outbox  zset: order_id scored by accepted ms (not yet acknowledged by the stream)
@@ -29,7 +30,8 @@
 -- Returns {code, ...}:
 --   { 1, order_id, avail_after }  accepted
 --   { 2, order_id }               duplicate: the order this key or id already made
---   { 0, avail }                  sold out
+--   { 0, avail }                  sold out (avail may be >= quantity while a sold-out
+--                                 lease is live: the units sell once it lapses)
 --   {-1, held }                   per-user limit reached
 --   {-2}                          not warmed (no state for the SKU: refuse)
 --   {-3}                          sale not started   {-4} sale ended
@@ -62,7 +64,7 @@ end
 -- Every field of the meta hash this call reads, in one command: each
 -- redis.call costs about a microsecond of Lua-to-Redis conversion on top of
 -- the command itself, and the reserve is the hottest script of the system.
-local m = redis.call('HMGET', KEYS[1], 'epoch', 'buckets', 'avail', 'limit', 'starts', 'ends', 'inflight', 'cfloor', 'reserved', 'shadow', 'shadowlen', 'layout')
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'buckets', 'avail', 'limit', 'starts', 'ends', 'inflight', 'cfloor', 'reserved', 'shadow', 'shadowlen', 'layout', 'solu')
 if not m[1] then
   return {-2}
 end
@@ -155,7 +157,23 @@ local starts = tonumber(m[5]) or 0
 local ends = tonumber(m[6]) or 0
 if starts > 0 and now < starts then count(); journal(-3, ''); return {-3} end
 if ends > 0 and now >= ends then count(); journal(-4, ''); return {-4} end
-if avail < qty then count(); journal(0, avail); return {0, avail} end
+-- A sold-out lease (soldlease.lua) is live while Redis' clock is before
+-- solu: instances may answer a keyed sold_out from their snapshot of the
+-- key holders, so no reservation (no new key) is made, even when units came
+-- back since; its renewals stop once they have, and the units sell when it
+-- lapses. A key that made an order got it above.
+local leased = false
+if m[13] and avail >= qty then
+  local ms
+  if now_us then
+    ms = math.floor(now_us / 1000)
+  else
+    local tm = redis.call('TIME')
+    ms = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+  end
+  leased = ms < (tonumber(m[13]) or 0)
+end
+if avail < qty or leased then count(); journal(0, avail); return {0, avail} end
 local held = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
 if held + qty > limit then count(); journal(-1, held, held); return {-1, held} end
 

@@ -37,7 +37,18 @@ func TestRestoreBadQuantitySpendsNoToken(t *testing.T) {
 		{"o2", "ann", "1", "o1", "ann", ""}, // a bad triple after a good one: the good one is not applied either
 		{"o1", "ann"},                       // not a triple
 	} {
-		if err := g.restore.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Rel}, bad).Error(); err == nil {
+		bad = append([]string{"0"}, bad...) // no key pairs
+		if err := g.restore.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Rel, k.Idem}, bad).Error(); err == nil {
+			t.Fatalf("restore.lua %q: no error", bad)
+		}
+	}
+	for _, bad := range [][]string{
+		{"x", "o1", "ann", "1"},
+		{"-1", "o1", "ann", "1"},
+		{"2", "ann\x00k", "o1", "o1", "ann", "1"}, // fewer pairs than said
+		{"1", "ann\x00k", "o1", "o1", "ann"},      // a pair, then not a triple
+	} {
+		if err := g.restore.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Rel, k.Idem}, bad).Error(); err == nil {
 			t.Fatalf("restore.lua %q: no error", bad)
 		}
 	}

@@ -97,12 +97,24 @@ func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64
 		case i == len(chunks)-1:
 			phase = "l"
 		}
-		args := make([]string, 0, 11+len(c.buyers)+len(c.rel)+len(c.idem)+len(c.res))
+		args := make([]string, 0, 12+len(c.buyers)+len(c.rel)+len(c.idem)+len(c.res))
 		args = append(args, strconv.FormatInt(available, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), epoch,
-			strconv.Itoa(len(c.buyers)/2), strconv.Itoa(len(c.rel)), strconv.Itoa(len(c.idem)/2), cfg.Lock, token, phase)
+			strconv.Itoa(len(c.buyers)/2), strconv.Itoa(len(c.rel)), strconv.Itoa(len(c.idem)/2), cfg.Lock, token, phase,
+			strconv.FormatInt(g.seedLease.Load(), 10))
 		args = append(append(append(append(args, c.buyers...), c.rel...), c.idem...), c.res...)
 		var err error
-		n, err = g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Rel, k.Idem, k.Lock}, args).AsInt64()
+		for {
+			n, err = g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Rel, k.Idem, k.Lock}, args).AsInt64()
+			if err != nil || n > -1000000 {
+				break
+			}
+			// The first chunk met a live sold-out lease: it ends in
+			// -1,000,000 - n ms (see soldlease.lua), and no other is
+			// taken before this load had its turn.
+			if err = sleepCtx(ctx, time.Duration(-1000000-n+1)*time.Millisecond); err != nil {
+				break
+			}
+		}
 		if err != nil {
 			return false, fmt.Errorf("stockgate: seed: %w", err)
 		}
@@ -314,31 +326,35 @@ func (g *Gate) restoreIn(ctx context.Context, sku string, rs []Release) (int64, 
 		}
 		args = append(args, r.OrderID, r.User, strconv.FormatInt(r.Quantity, 10))
 	}
+	// A direct sale's key made its order: a retry through the gate of any
+	// instance is answered with it. Recorded by the script (on every call,
+	// also when the units were taken by an earlier one), which waits for a
+	// live sold-out lease to end before it adds a key.
+	keys := []string{"0"}
+	for _, r := range rs {
+		if r.IdempotencyKey != "" && r.KeyOrderID != "" {
+			keys = append(keys, r.User+"\x00"+r.IdempotencyKey, r.KeyOrderID)
+		}
+	}
+	keys[0] = strconv.Itoa((len(keys) - 1) / 2)
+	args = append(keys, args...)
 	k := g.KeysOf(sku)
-	vals, err := g.restore.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Rel}, args).AsIntSlice()
+	var vals []int64
+	var err error
+	for {
+		vals, err = g.restore.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Rel, k.Idem}, args).AsIntSlice()
+		if err != nil || vals[0] != -3 {
+			break
+		}
+		if err = sleepCtx(ctx, time.Duration(vals[1]+1)*time.Millisecond); err != nil {
+			break
+		}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: restore: %w", err)
 	}
 	if vals[0] == -2 {
 		return 0, sale.ErrNotWarmed
-	}
-	// A direct sale's key made its order: a retry through the gate of any
-	// instance is answered with it. Idempotent, so done on every call (also
-	// when the units were taken by an earlier one).
-	var idem []string
-	for _, r := range rs {
-		if r.IdempotencyKey != "" && r.KeyOrderID != "" {
-			idem = append(idem, r.User+"\x00"+r.IdempotencyKey, r.KeyOrderID)
-		}
-	}
-	if len(idem) > 0 {
-		cmd := g.c.B().Hset().Key(k.Idem).FieldValue()
-		for i := 0; i < len(idem); i += 2 {
-			cmd = cmd.FieldValue(idem[i], idem[i+1])
-		}
-		if err := g.c.Do(ctx, cmd.Build()).Error(); err != nil {
-			return 0, fmt.Errorf("stockgate: restore: recording idempotency keys: %w", err)
-		}
 	}
 	return vals[1], nil
 }

@@ -19,6 +19,10 @@
 -- ARGV[9] the change lock's token the caller holds ('' : no lock checked)
 -- ARGV[10] the load's token (random, the same for every chunk of one load)
 -- ARGV[11] chunk: 'f' first, 'm' middle, 'l' last, 'o' the only one
+-- ARGV[12] ms of a sold-out lease the last chunk starts the sale with (0: none;
+--   see soldlease.lua: no reservation is made in the first ms after a load, so
+--   that a snapshot of key holders read before Redis lost the sale, whose lease
+--   went with it, ends before a key is added)
 -- then 2B values: pairs of (user, units held: live orders plus reservations in flight)
 -- then L values: order ids whose release the available count already includes
 --   (recorded in rel, so the pending Redis restore of each is not applied again)
@@ -34,7 +38,10 @@
 -- then kept exact.
 -- Returns 1 if seeded (last chunk), 2 chunk written (more to come), 0 if it
 -- was already loaded, -5 if the caller's lock expired or was taken over,
--- -6 if another load took over the seed (nothing written for both).
+-- -6 if another load took over the seed (nothing written for both), or, for a
+-- first chunk while the sale's sold-out lease is live (a fenced sale keeps
+-- it), minus 1,000,000 minus the ms until it ends (leasewait.lua: only the
+-- lease's stop written): call the first chunk again then.
 if ARGV[9] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[9] then
   return -5
 end
@@ -44,6 +51,8 @@ end
 local chunk = ARGV[11]
 local first, last = chunk == 'f' or chunk == 'o', chunk == 'l' or chunk == 'o'
 if first then
+  local wait = lease_wait(KEYS[1])
+  if wait > 0 then return -1000000 - wait end
   redis.call('HSET', KEYS[1], 'seeding', ARGV[10])
   redis.call('UNLINK', KEYS[2])
   if redis.call('HEXISTS', KEYS[1], 'inflight') == 0 then
@@ -55,7 +64,7 @@ elseif redis.call('HGET', KEYS[1], 'seeding') ~= ARGV[10] then
   return -6
 end
 local b, l, ik = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local i = 12
+local i = 13
 for _ = 1, b do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -93,4 +102,11 @@ if avail < 0 then debt, avail = -avail, 0 end
 -- layout: the version of this key layout (reserve.lua refuses a newer one).
 redis.call('HSET', KEYS[1], 'avail', avail, 'debt', debt, 'limit', ARGV[2], 'starts', ARGV[3],
   'ends', ARGV[4], 'epoch', ARGV[5], 'layout', '1')
+local lease = tonumber(ARGV[12]) or 0
+if lease > 0 then
+  local tm = redis.call('TIME')
+  local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+  redis.call('HSET', KEYS[1], 'solu', string.format('%.0f', now + lease))
+  redis.call('HINCRBY', KEYS[1], 'solv', 1)
+end
 return 1

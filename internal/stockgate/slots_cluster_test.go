@@ -124,6 +124,8 @@ func TestScriptsOneSlot(t *testing.T) {
 		must("oldest", err)
 		_, err = g.Finalize(ctx, sku, []stockgate.Outcome{{OrderID: r1.OrderID}, {OrderID: r2.OrderID, Refused: true}})
 		must("finalize", err)
+		_, err = g.TakeSoldLease(ctx, sku, time.Second, 100)
+		must("sold-out lease", err)
 		f, err := g.ReadInFlight(ctx, sku)
 		must("read in flight", err)
 		_, err = g.Resync(ctx, sku, stockgate.Config{PerUserLimit: 5}, f, 19, nil, nil)
