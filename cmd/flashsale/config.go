@@ -506,6 +506,7 @@ func protectFlags(e *envFlags, p *httpapi.Protection) {
 	e.float(&p.IPRate, "rate-limit-ip", "FLASHSALE_RATE_LIMIT_IP", 0, "purchase attempts per second per client IP (IPv6: per /64) and SKU, over all instances (0: no limit)")
 	e.int(&p.IPBurst, "rate-limit-ip-burst", "FLASHSALE_RATE_LIMIT_IP_BURST", 0, "burst of the IP limit (0: one second's worth)")
 	e.dur(&p.SoldOutTTL, "sold-out-ttl", "FLASHSALE_SOLD_OUT_TTL", time.Second, "how long a sold-out SKU is answered from memory before one request asks Redis again (0: no sold-out flag)")
+	e.dur(&p.SoldOutLease, "sold-out-lease", "FLASHSALE_SOLD_OUT_LEASE", 0, "length of the sold-out lease under which a keyed purchase of a sold-out SKU is answered from a snapshot of the sale's key holders instead of one Redis read, used while every instance in the fleet registry runs scripts that honour it (0: off, this release's default; 1s: docs/architecture.md)")
 	e.str(&p.Proxies, "trusted-proxies", "FLASHSALE_TRUSTED_PROXIES", "", "CIDRs or addresses of proxies whose X-Forwarded-For is believed (empty: the socket peer is the client)")
 	e.str(&p.GatewayHeader, "trusted-gateway-header", "FLASHSALE_TRUSTED_GATEWAY_HEADER", "", "header (e.g. X-User-Id) naming the authenticated user, believed only from trusted proxies (empty: off; every buyer needs a token)")
 }

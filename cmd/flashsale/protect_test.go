@@ -611,6 +611,8 @@ func TestTrustedGatewayMode(t *testing.T) {
 		{"FLASHSALE_RATE_LIMIT_USER", "-1"},
 		{"FLASHSALE_RATE_LIMIT_IP_BURST", "-5"},
 		{"FLASHSALE_SOLD_OUT_TTL", "-1s"},
+		{"FLASHSALE_SOLD_OUT_LEASE", "50ms"},
+		{"FLASHSALE_SOLD_OUT_LEASE", "soon"},
 	} {
 		env := map[string]string{}
 		for i := 0; i+1 < len(bad); i += 2 {

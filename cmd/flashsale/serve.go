@@ -268,7 +268,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		Loader: a.sync, RebuildAll: a.rebuildAll, Log: log, Observer: a.metrics, Breaker: a.metrics,
 		StreamAck: cfg.StreamAck,
 		Limits:    cfg.Protect.Limits(), Announcer: ann, Tracer: a.tracer, Crowd: crowdGate,
-		Counter: a.tally,
+		Counter: a.tally, Leaser: a.gate,
 	}
 	if cfg.FallbackConc > 0 {
 		deps.Direct = a.store
@@ -350,6 +350,9 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if cfg.OrderSchema == orderqueue.SchemaBatch {
 		a.goRun(func() { publishSchema(wctx, a.queue, a.fleet, 2*time.Second, log, a.metrics.OrderSchema) })
 	}
+	if cfg.Protect.SoldOutLease > 0 && cfg.Protect.SoldOutTTL > 0 {
+		a.goRun(func() { useSoldLeases(wctx, a.buy, a.gate, a.fleet, cfg.Protect.SoldOutLease, 2*time.Second, log) })
+	}
 	a.goRun(func() { a.queue.RunEnsure(wctx, time.Second, log) })
 	a.goRun(func() { a.queue.RunRetention(wctx, retentionEvery(cfg.StreamRetention), log) })
 	republisher := relay.NewRepublisher(a.gate, a.queue, a.queue, log, relay.RepublishConfig{After: cfg.RepublishAfter})
@@ -392,7 +395,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() {
 		a.fleet.Run(wctx, 5*time.Second, func() fleet.Instance {
 			in := fleet.Instance{ID: a.id, Version: bi.Version, Commit: bi.Commit, Group: cfg.ReleaseGroup, StartedAt: started,
-				Features: []string{fleet.FeatureCrowd, fleet.FeatureSchema2}}
+				Features: []string{fleet.FeatureCrowd, fleet.FeatureSchema2, fleet.FeatureSoldLease}}
 			if a.shadow != nil {
 				st := a.shadow.Stats()
 				in.Shadow = &fleet.ShadowCounts{SKUs: skus, Match: st.Match, Mismatch: st.Mismatch, Dropped: st.Dropped, Same: st.Same}
@@ -682,35 +685,70 @@ const schemaHold = 30
 // instance's memory: one that starts while an older instance is between
 // its exit and its first beat does not know of it (docs/releasing.md).
 func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry, every time.Duration, log *slog.Logger, observe func(int)) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	// A read that runs out of its deadline breaks the Redis connection it
-	// shares with other calls (the client drops it): never shorter than a
-	// second, whatever the period.
-	timeout := max(every, time.Second)
-	var lastLacking time.Time // when an instance that does not read version 2 was last listed
-	for {
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		in, err := reg.Instances(cctx, time.Now())
-		cancel()
+	followFleet(ctx, reg, fleet.FeatureSchema2, every, func(all bool, in []fleet.Instance, lacking []string, err error) {
 		want := 1
-		var lacking []string
-		// An empty list is no answer: this instance's own beat is not in
-		// yet (it is listed once it beats).
-		if err == nil && len(in) > 0 {
-			lacking = fleet.Lacking(in, fleet.FeatureSchema2)
-			switch {
-			case len(lacking) > 0:
-				lastLacking = time.Now()
-			case lastLacking.IsZero() || time.Since(lastLacking) >= schemaHold*every:
-				want = orderqueue.SchemaBatch
-			}
+		if all {
+			want = orderqueue.SchemaBatch
 		}
 		if have := q.PublishSchema(); have != want {
 			q.SetPublishSchema(want)
 			observe(want)
 			log.Info("order stream: publishing schema version "+strconv.Itoa(want), "instances", len(in), "lacking", lacking, "err", err)
 		}
+	})
+}
+
+// useSoldLeases turns the purchase path's sold-out leases on while every
+// instance in the fleet registry runs scripts that honour them (as
+// publishSchema does version 2), and with them the lease every load of a
+// sale starts with (stockgate.SetSeedLease).
+func useSoldLeases(ctx context.Context, buy *purchase.Service, g *stockgate.Gate, reg *fleet.Registry, lease, every time.Duration, log *slog.Logger) {
+	on := false
+	followFleet(ctx, reg, fleet.FeatureSoldLease, every, func(all bool, in []fleet.Instance, lacking []string, err error) {
+		if all == on {
+			return
+		}
+		on = all
+		if on {
+			g.SetSeedLease(lease)
+		} else {
+			g.SetSeedLease(0)
+		}
+		buy.SetSoldLeases(on)
+		log.Info("sold-out leases "+map[bool]string{true: "on", false: "off"}[on], "instances", len(in), "lacking", lacking, "err", err)
+	})
+	buy.SetSoldLeases(false) // the snapshots' keepers stop
+}
+
+// followFleet calls apply every period until ctx ends with all true while
+// every instance the fleet registry lists reports feature, and false from
+// the first period one does not until schemaHold periods after such an
+// instance was last listed (see publishSchema), or while the registry
+// cannot be read or lists nobody (this instance's own beat is not in yet).
+func followFleet(ctx context.Context, reg *fleet.Registry, feature string, every time.Duration, apply func(all bool, in []fleet.Instance, lacking []string, err error)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	// A read that runs out of its deadline breaks the Redis connection it
+	// shares with other calls (the client drops it): never shorter than a
+	// second, whatever the period.
+	timeout := max(every, time.Second)
+	var lastLacking time.Time // when an instance without feature was last listed
+	for {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		in, err := reg.Instances(cctx, time.Now())
+		cancel()
+		all := false
+		var lacking []string
+		if err == nil && len(in) > 0 {
+			lacking = fleet.Lacking(in, feature)
+			switch {
+			case len(lacking) > 0:
+				lastLacking = time.Now()
+			case lastLacking.IsZero() || time.Since(lastLacking) >= schemaHold*every:
+				all = true
+			}
+		}
+		apply(all, in, lacking, err)
 		select {
 		case <-ctx.Done():
 			return

@@ -24,14 +24,26 @@ import (
 // through both instances and must be answered with its order.
 // This is the guarantee any answer of a keyed sold out from memory must
 // keep (docs/architecture.md, "Sold-out answers").
-func TestKeyedRetryNeverSoldOut(t *testing.T) {
+func TestKeyedRetryNeverSoldOut(t *testing.T) { keyedRetryNeverSoldOut(t, false) }
+
+// TestKeyedRetryNeverSoldOutLeased is TestKeyedRetryNeverSoldOut with
+// sold-out leases on (FLASHSALE_SOLD_OUT_LEASE): the instances answer
+// keyed sold-out from snapshots of the sale's key holders, and must be seen
+// doing it.
+func TestKeyedRetryNeverSoldOutLeased(t *testing.T) { keyedRetryNeverSoldOut(t, true) }
+
+func keyedRetryNeverSoldOut(t *testing.T, leased bool) {
 	slowEndToEnd(t)
 	t.Parallel()
 	// b's flags last (the default is 1 s): only a notice of returned units
 	// ends one early, so the retries meet flags set before their units came
 	// back. a, which sells the returned units, keeps the default: its flag
 	// of the sale is set each time it sells the last unit.
-	cfg := testConfig(t, "external", "FLASHSALE_SOLD_OUT_TTL", "30s")
+	env := []string{"FLASHSALE_SOLD_OUT_TTL", "30s"}
+	if leased {
+		env = append(env, "FLASHSALE_SOLD_OUT_LEASE", "1s")
+	}
+	cfg := testConfig(t, "external", env...)
 	cfgA := cfg
 	cfgA.Protect.SoldOutTTL = time.Second
 	a := newHarness(t, cfgA)
@@ -73,6 +85,29 @@ func TestKeyedRetryNeverSoldOut(t *testing.T) {
 		t.Fatalf("%s: no unit to buy within 30 s", why)
 		return made{}
 	}
+	// leaseUsed sends fresh buyers to h until one is answered sold_out
+	// from a lease's snapshot (h takes one on the first keyed sold-out
+	// answer and keeps it while asked), so that the retries after it meet
+	// a live snapshot.
+	leaseUsed := func(h *harness, why string) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			before := h.a.buy.SoldOutFromLease()
+			u, k := fresh()
+			r := h.buyUntilAnswered(u, sku, 1, k, 20*time.Second)
+			if purchaseAccepted(r) {
+				if !opened() {
+					t.Fatalf("%s: %s bought %s, but the sale should be sold out", why, u, r.str("order_id"))
+				}
+				orders = append(orders, made{u, k, r.str("order_id")})
+				continue
+			}
+			if h.a.buy.SoldOutFromLease() > before {
+				return
+			}
+		}
+		t.Fatalf("%s: no sold-out answer from a lease's snapshot within 15 s", why)
+	}
 	// flag makes h answer the sale sold out from memory: a fresh buyer
 	// told sold_out sets h's flag.
 	flag := func(h *harness, why string) {
@@ -91,6 +126,9 @@ func TestKeyedRetryNeverSoldOut(t *testing.T) {
 				t.Fatalf("%s: %s's purchase: %d %s, want sold_out", why, u, r.Status, r.Raw)
 			}
 			if h.a.buy.SoldOutFlagged(sku) {
+				if leased {
+					leaseUsed(h, why)
+				}
 				return
 			}
 		}
@@ -112,6 +150,7 @@ func TestKeyedRetryNeverSoldOut(t *testing.T) {
 		return flagged
 	}
 	staleFlags := 0 // retries that met a flag set before their unit came back
+	var fromLease int64 // b's sold-out answers from a lease's snapshot
 
 	for range stock {
 		buyOne(a, "selling out")
@@ -123,6 +162,7 @@ func TestKeyedRetryNeverSoldOut(t *testing.T) {
 		if c == cycles/2 {
 			// A restart: b stops, a new instance takes its place (no flag,
 			// nothing in memory).
+			fromLease += b.a.buy.SoldOutFromLease()
 			b.stop()
 			b = newHarness(t, cfg)
 			watches = append(watches, watchBreaker(b))
@@ -181,8 +221,12 @@ func TestKeyedRetryNeverSoldOut(t *testing.T) {
 		retry(a, m, "at the end, through a")
 		retry(b, m, "at the end, through b")
 	}
-	t.Logf("%d orders, %d retries answered while the instance had the sale flagged sold out, %d of them with a flag set before their unit came back",
-		len(orders), flaggedRetries, staleFlags)
+	fromLease += b.a.buy.SoldOutFromLease()
+	if leased && fromLease == 0 {
+		t.Error("b gave no sold-out answer from a lease's snapshot: the test did not test it")
+	}
+	t.Logf("%d orders, %d retries answered while the instance had the sale flagged sold out, %d of them with a flag set before their unit came back; %d sold-out answers from a lease's snapshot on b",
+		len(orders), flaggedRetries, staleFlags, fromLease)
 }
 
 // made is an order a buyer's key made.

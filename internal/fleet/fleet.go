@@ -43,6 +43,12 @@ const FeatureCrowd = "crowd"
 // instance publishes it only while every instance reports this.
 const FeatureSchema2 = "orders-schema-2"
 
+// FeatureSoldLease: the instance's scripts honour a sale's sold-out lease
+// (stockgate.TakeSoldLease: no reservation and no new key while it is
+// live). An instance answers keyed sold-out from a lease's snapshot only
+// while every instance reports this.
+const FeatureSoldLease = "sold-out-lease"
+
 // Lacking returns the ids of instances among in that do not report feature.
 func Lacking(in []Instance, feature string) []string {
 	var ids []string

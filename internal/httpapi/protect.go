@@ -27,6 +27,7 @@ type Protection struct {
 	IPRate        float64
 	IPBurst       int
 	SoldOutTTL    time.Duration
+	SoldOutLease  time.Duration
 	Proxies       string
 	GatewayHeader string
 }
@@ -48,6 +49,9 @@ func (p Protection) Check() error {
 	}
 	if p.SoldOutTTL < 0 {
 		return fmt.Errorf("sold-out-ttl must be 0 or more")
+	}
+	if p.SoldOutLease != 0 && (p.SoldOutLease < 300*time.Millisecond || p.SoldOutLease > 10*time.Second) {
+		return fmt.Errorf("sold-out-lease must be 0 (off) or 300ms..10s, got %s", p.SoldOutLease)
 	}
 	proxies, err := ParseProxies(p.Proxies)
 	if err != nil {
@@ -91,7 +95,8 @@ func (p Protection) Limits() purchase.Limits {
 		}
 		return stockgate.Rate{PerSecond: r, Burst: burstOf(r, b)}
 	}
-	return purchase.Limits{SKU: rt(p.SKURate, p.SKUBurst), User: rt(p.UserRate, p.UserBurst), IP: rt(p.IPRate, p.IPBurst), SoldOutTTL: p.SoldOutTTL}
+	return purchase.Limits{SKU: rt(p.SKURate, p.SKUBurst), User: rt(p.UserRate, p.UserBurst), IP: rt(p.IPRate, p.IPBurst), SoldOutTTL: p.SoldOutTTL,
+		SoldOutLease: p.SoldOutLease}
 }
 
 // Limiter returns the instance's limiter, for Config.Limiter (nil: no limit).

@@ -24,6 +24,15 @@ type Limits struct {
 	// within about SoldOutTTL even if no change notice arrives). Notices of
 	// restocks, warm-ups and releases clear it at once. 0 disables the flag.
 	SoldOutTTL time.Duration
+	// SoldOutLease, when positive (and SoldOutTTL too), answers a keyed
+	// purchase of a flagged SKU sold out from a snapshot of the sale's key
+	// holders read under a sold-out lease of this length, instead of asking
+	// Redis whether the key made an order, while Service.SetSoldLeases says
+	// every instance runs scripts that honour the lease (soldlease.go).
+	SoldOutLease time.Duration
+	// SoldOutLeaseKeys caps a snapshot's key holders (0:
+	// DefaultSoldOutLeaseKeys): a larger sale keeps asking Redis.
+	SoldOutLeaseKeys int
 }
 
 func (l Limits) gate(ipKey string) stockgate.Limits {

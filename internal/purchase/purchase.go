@@ -111,6 +111,9 @@ type Deps struct {
 	Crowd Crowd
 	// Counter, if set, counts every purchase of a known SKU (sale history).
 	Counter SaleCounter
+	// Leaser takes the sold-out leases of Limits.SoldOutLease (nil: Gate,
+	// if it is a SoldLeaser).
+	Leaser SoldLeaser
 }
 
 // Service is the purchase path. Safe for concurrent use.
@@ -130,6 +133,7 @@ type Service struct {
 	limits   Limits
 	block    blocklist
 	soldOut  soldOutFlags
+	leases   soldLeases
 	announce Announcer
 	tracer   *tracing.Tracer
 	crowd    Crowd
@@ -141,6 +145,20 @@ func New(d Deps, bc BreakerConfig) *Service {
 	s := &Service{Catalog: d.Catalog, gate: d.Gate, relay: d.Relay, orders: d.Orders, loader: d.Loader, log: d.Log, obs: d.Observer, now: time.Now, ack: d.StreamAck, seller: d.Seller,
 		limits: d.Limits, announce: d.Announcer, tracer: d.Tracer, crowd: d.Crowd, counter: d.Counter}
 	s.soldOut.ttl = d.Limits.SoldOutTTL
+	lg := d.Leaser
+	if lg == nil {
+		lg, _ = d.Gate.(SoldLeaser)
+	}
+	if lg != nil && d.Limits.SoldOutTTL > 0 && d.Limits.SoldOutLease > 0 {
+		s.leases.g, s.leases.ttl, s.leases.max = lg, d.Limits.SoldOutLease, d.Limits.SoldOutLeaseKeys
+		if s.leases.max <= 0 {
+			s.leases.max = DefaultSoldOutLeaseKeys
+		}
+		s.leases.log = d.Log
+		if s.leases.log == nil {
+			s.leases.log = slog.New(slog.DiscardHandler)
+		}
+	}
 	rebuild := d.RebuildAll
 	if rebuild == nil {
 		rebuild = func(context.Context) error { return nil }
@@ -302,6 +320,15 @@ func (s *Service) buy(ctx context.Context, req Request) (Result, error) {
 		// after the sale sold out: one read, not the gate. If Redis cannot
 		// say, the purchase takes the usual path.
 		if req.IdempotencyKey == "" {
+			return Result{}, sale.ErrSoldOut
+		}
+		// A lease's snapshot of the key holders, where there is one,
+		// says the key made no order in Redis without asking it; the
+		// database fallback's window is read as on the path below.
+		if s.leases.absent(req.SKU, req.User, req.IdempotencyKey, now) {
+			if res, found, ferr := s.fallbackOrder(ctx, req); found || ferr != nil {
+				return res, ferr
+			}
 			return Result{}, sale.ErrSoldOut
 		}
 		id, found, err := s.soldOutKey(ctx, req)
@@ -819,6 +846,7 @@ func (s *Service) Order(ctx context.Context, user, id string) (sale.Order, error
 func (s *Service) SKUChanged(ctx context.Context, sku, reason string) error {
 	err := s.Catalog.Refresh(ctx)
 	s.soldOut.clear(sku)
+	s.leases.drop(sku)
 	if s.announce != nil {
 		s.announce.Announce(sku, reason)
 	}
@@ -830,6 +858,7 @@ func (s *Service) SKUChanged(ctx context.Context, sku, reason string) error {
 // settings may have changed (reload), reloads the catalog in the background.
 func (s *Service) Noticed(sku string, reload bool) {
 	s.soldOut.clear(sku)
+	s.leases.drop(sku)
 	if reload {
 		s.Catalog.Kick()
 	}
