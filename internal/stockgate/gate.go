@@ -84,7 +84,7 @@ type Gate struct {
 	expire   *rueidis.Lua
 	fence    *rueidis.Lua
 	restore  *rueidis.Lua
-	lease    *rueidis.Lua
+	lease    durableScript // soldlease.lua
 	keys     keyLookups    // Duplicate's coalesced look-ups (keylookup.go)
 	xferWait time.Duration // see SetTransferWait
 	replicas sync.Map      // bucket name -> replicaSeen (durable.go)
@@ -113,7 +113,7 @@ func New(c rueidis.Client, prefix string) *Gate {
 		expire:   rueidis.NewLuaScript(expireLua),
 		fence:    rueidis.NewLuaScript(fenceLua),
 		restore:  rueidis.NewLuaScript(debtLua + leaseWaitLua + restoreLua),
-		lease:    rueidis.NewLuaScript(soldLeaseLua),
+		lease:    durable(rueidis.NewLuaScript(soldLeaseLua), soldLeaseLua),
 		xferWait: DefaultTransferWait,
 	}
 }

@@ -138,6 +138,12 @@ func TestScriptsOneSlot(t *testing.T) {
 		_, err = g.Expire(ctx, sku, time.Now(), time.Hour)
 		must("expire", err)
 	}
+	// A sold-out sale's lease counts once a replica of its primary holds it.
+	_, err := g.Seed(ctx, "z", stockgate.Config{PerUserLimit: 1}, 0, nil, nil, nil, nil, "e1")
+	must("seed sold out", err)
+	if l, err := g.TakeSoldLease(ctx, "z", 10*time.Second, 100); err != nil || !l.Granted {
+		t.Fatalf("sold-out lease on a cluster with replicas: %+v, %v", l, err)
+	}
 	runBucketScripts(t, g, "x")
 	ok, err := g.Acquire(ctx, "reconciler", "me", time.Minute)
 	if err != nil || !ok {

@@ -19,8 +19,10 @@ import (
 // SoldLease is the answer of TakeSoldLease or RenewSoldLease.
 type SoldLease struct {
 	// Granted is false when the lease was refused; Reason says why
-	// ("unloaded", "split", "units", "changed", "large", "blocked") and a
-	// holder drops its snapshot.
+	// ("unloaded", "split", "units", "changed", "large", "blocked", or
+	// "unreplicated": granted, but no replica of the sale's primary
+	// acknowledged it within the transfer wait) and a holder drops its
+	// snapshot.
 	Granted bool
 	Reason  string
 	// Version and Epoch identify the snapshot: a renewal names them.
@@ -54,8 +56,13 @@ func (g *Gate) RenewSoldLease(ctx context.Context, sku string, ttl time.Duration
 func (g *Gate) soldLease(ctx context.Context, sku string, ttl time.Duration, version, epoch string, maxKeys int) (SoldLease, error) {
 	sent := time.Now()
 	k := g.KeysOf(sku)
-	vals, err := g.lease.Exec(ctx, g.c, []string{k.Meta, k.Idem},
-		[]string{strconv.FormatInt(ttl.Milliseconds(), 10), version, epoch, strconv.Itoa(maxKeys)}).ToArray()
+	// Where the sale's primary has a replica, the grant counts only once a
+	// replica holds it (WAIT, as a transfer's halves): a failover that
+	// lost the lease would let the promoted replica reserve while the
+	// snapshots it promised are still used.
+	res, acked := g.execDurable(ctx, sku, g.lease, []string{k.Meta, k.Idem},
+		[]string{strconv.FormatInt(ttl.Milliseconds(), 10), version, epoch, strconv.Itoa(maxKeys)})
+	vals, err := res.ToArray()
 	if err != nil {
 		return SoldLease{}, fmt.Errorf("stockgate: sold-out lease: %w", err)
 	}
@@ -66,6 +73,11 @@ func (g *Gate) soldLease(ctx context.Context, sku string, ttl time.Duration, ver
 	if code != 1 {
 		why, _ := vals[1].ToString()
 		return SoldLease{Reason: why}, nil
+	}
+	if !acked {
+		// The lease stands in Redis (reservations wait for it), but no
+		// replica said it holds it: not used.
+		return SoldLease{Reason: "unreplicated"}, nil
 	}
 	l := SoldLease{Granted: true, Until: sent.Add(ttl - SoldLeaseMargin)}
 	if l.Version, err = str(vals[1]); err == nil {
