@@ -149,7 +149,7 @@ func keyedRetryNeverSoldOut(t *testing.T, leased bool) {
 		}
 		return flagged
 	}
-	staleFlags := 0 // retries that met a flag set before their unit came back
+	staleFlags := 0     // retries that met a flag set before their unit came back
 	var fromLease int64 // b's sold-out answers from a lease's snapshot
 
 	for range stock {
