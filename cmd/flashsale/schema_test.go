@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashsale/flashsale/internal/fleet"
 	"github.com/flashsale/flashsale/internal/orderqueue"
+	"github.com/flashsale/flashsale/internal/stockgate"
 	"github.com/flashsale/flashsale/internal/testenv"
 )
 
@@ -90,4 +91,57 @@ func TestPublishSchemaFollowsTheFleet(t *testing.T) {
 	if held, hold := time.Since(left), schemaHold*20*time.Millisecond; held < hold/2 {
 		t.Errorf("schema 2 again %v after the older instance left, want about %v", held, hold)
 	}
+}
+
+// TestSeedLeaseFollowsTheFleet: every instance, whatever its own setting,
+// starts each load of a sale with a sold-out lease as long as the longest
+// one an instance answers from (its own, or one listed in the fleet
+// registry), and keeps it for schemaHold checks after that instance was
+// last listed (a Redis that lost the sale lost the registry too).
+func TestSeedLeaseFollowsTheFleet(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url, prefix := testenv.Redis(t)
+	reg := fleet.New(testenv.RedisClient(t, url), prefix)
+	others := fleet.New(testenv.RedisClient(t, url), prefix)
+	g := stockgate.New(testenv.RedisClient(t, url), prefix)
+	var own atomic.Int64
+	const every = 20 * time.Millisecond
+	go seedLeases(ctx, g, reg, func() time.Duration { return time.Duration(own.Load()) }, every, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	becomes := func(want time.Duration, why string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); g.SeedLease() != want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: seed lease %v, want %v", why, g.SeedLease(), want)
+			}
+		}
+	}
+	beat := func(id string, lease time.Duration) {
+		t.Helper()
+		if err := others.Beat(ctx, fleet.Instance{ID: id, Group: "stable", SoldOutLeaseMs: lease.Milliseconds()}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	becomes(0, "no lease in use")
+	own.Store(int64(time.Second))
+	becomes(time.Second, "its own lease")
+	beat("other", 3*time.Second)
+	becomes(3*time.Second, "a longer one listed")
+	// The registry lost (Redis lost its data): still the longest seen.
+	if err := others.Leave(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	gone := time.Now()
+	time.Sleep(5 * every)
+	if got := g.SeedLease(); got != 3*time.Second {
+		t.Fatalf("seed lease %v just after the listed instance left, want 3s", got)
+	}
+	becomes(time.Second, "the hold passed")
+	if held, hold := time.Since(gone), schemaHold*every; held < hold/2 {
+		t.Errorf("the 3s lease dropped %v after its instance left, want about %v", held, hold)
+	}
+	own.Store(0)
+	becomes(0, "no lease in use any more")
 }

@@ -351,8 +351,9 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		a.goRun(func() { publishSchema(wctx, a.queue, a.fleet, 2*time.Second, log, a.metrics.OrderSchema) })
 	}
 	if cfg.Protect.SoldOutLease > 0 && cfg.Protect.SoldOutTTL > 0 {
-		a.goRun(func() { useSoldLeases(wctx, a.buy, a.gate, a.fleet, cfg.Protect.SoldOutLease, 2*time.Second, log) })
+		a.goRun(func() { useSoldLeases(wctx, a.buy, a.fleet, 2*time.Second, log) })
 	}
+	a.goRun(func() { seedLeases(wctx, a.gate, a.fleet, a.buy.SoldLeaseInUse, 2*time.Second, log) })
 	a.goRun(func() { a.queue.RunEnsure(wctx, time.Second, log) })
 	a.goRun(func() { a.queue.RunRetention(wctx, retentionEvery(cfg.StreamRetention), log) })
 	republisher := relay.NewRepublisher(a.gate, a.queue, a.queue, log, relay.RepublishConfig{After: cfg.RepublishAfter})
@@ -395,7 +396,8 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	a.goRun(func() {
 		a.fleet.Run(wctx, 5*time.Second, func() fleet.Instance {
 			in := fleet.Instance{ID: a.id, Version: bi.Version, Commit: bi.Commit, Group: cfg.ReleaseGroup, StartedAt: started,
-				Features: []string{fleet.FeatureCrowd, fleet.FeatureSchema2, fleet.FeatureSoldLease}}
+				Features:       []string{fleet.FeatureCrowd, fleet.FeatureSchema2, fleet.FeatureSoldLease},
+				SoldOutLeaseMs: a.buy.SoldLeaseInUse().Milliseconds()}
 			if a.shadow != nil {
 				st := a.shadow.Stats()
 				in.Shadow = &fleet.ShadowCounts{SKUs: skus, Match: st.Match, Mismatch: st.Mismatch, Dropped: st.Dropped, Same: st.Same}
@@ -700,24 +702,54 @@ func publishSchema(ctx context.Context, q *orderqueue.Queue, reg *fleet.Registry
 
 // useSoldLeases turns the purchase path's sold-out leases on while every
 // instance in the fleet registry runs scripts that honour them (as
-// publishSchema does version 2), and with them the lease every load of a
-// sale starts with (stockgate.SetSeedLease).
-func useSoldLeases(ctx context.Context, buy *purchase.Service, g *stockgate.Gate, reg *fleet.Registry, lease, every time.Duration, log *slog.Logger) {
+// publishSchema does version 2).
+func useSoldLeases(ctx context.Context, buy *purchase.Service, reg *fleet.Registry, every time.Duration, log *slog.Logger) {
 	on := false
 	followFleet(ctx, reg, fleet.FeatureSoldLease, every, func(all bool, in []fleet.Instance, lacking []string, err error) {
 		if all == on {
 			return
 		}
 		on = all
-		if on {
-			g.SetSeedLease(lease)
-		} else {
-			g.SetSeedLease(0)
-		}
 		buy.SetSoldLeases(on)
 		log.Info("sold-out leases "+map[bool]string{true: "on", false: "off"}[on], "instances", len(in), "lacking", lacking, "err", err)
 	})
 	buy.SetSoldLeases(false) // the snapshots' keepers stop
+}
+
+// seedLeases makes every load of a sale this instance runs start with a
+// sold-out lease as long as the longest any instance answers from (its
+// own, and those the fleet registry lists), kept for schemaHold periods
+// after that one was last seen: a Redis that lost a sale lost its lease
+// and the registry with it, and the snapshots read before are used until
+// their holders' deadlines, so the reloaded sale makes no reservation
+// before they end. It runs on every instance, whatever its own setting.
+func seedLeases(ctx context.Context, g *stockgate.Gate, reg *fleet.Registry, own func() time.Duration, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	timeout := max(every, time.Second) // as followFleet's
+	var held time.Duration
+	var seen time.Time
+	for {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		in, _ := reg.Instances(cctx, time.Now())
+		cancel()
+		cur := own()
+		for _, i := range in {
+			cur = max(cur, time.Duration(i.SoldOutLeaseMs)*time.Millisecond)
+		}
+		if now := time.Now(); cur >= held || now.Sub(seen) >= schemaHold*every {
+			if cur != held {
+				log.Info("loads start with a sold-out lease", "lease", cur)
+			}
+			held, seen = cur, now
+		}
+		g.SetSeedLease(held)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // followFleet calls apply every period until ctx ends with all true while

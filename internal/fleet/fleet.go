@@ -33,6 +33,10 @@ type Instance struct {
 	// first release's (FeatureCrowd): a setting is turned on only while
 	// every instance reporting enforces it.
 	Features []string `json:"features,omitempty"`
+	// SoldOutLeaseMs is the sold-out lease this instance answers from now
+	// (0: none): every instance starts each load of a sale with a lease as
+	// long as the longest one listed (FeatureSoldLease).
+	SoldOutLeaseMs int64 `json:"sold_out_lease_ms,omitempty"`
 }
 
 // FeatureCrowd: the instance enforces tickets and waiting rooms.

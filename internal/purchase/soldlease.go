@@ -93,6 +93,10 @@ func (l *soldLeases) absent(sku, user, key string, now time.Time) bool {
 	return !held
 }
 
+// unreplicatedBackoff is how long a keeper waits after a lease no replica
+// acknowledged before it takes one again.
+const unreplicatedBackoff = 10 * time.Second
+
 // keep takes sku's lease and renews it every third of its length while the
 // sale is asked about, and forgets it after two lease lengths unasked.
 func (l *soldLeases) keep(sku string, s *soldSKU) {
@@ -106,6 +110,13 @@ func (l *soldLeases) keep(sku string, s *soldSKU) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), soldLeaseCallTimeout)
 		cur := s.cur.Load()
+		if cur != nil && !time.Now().Before(cur.until) {
+			// Its lease may have lapsed: a renewal is refused then (a
+			// take after the lapse changed the version), but a snapshot
+			// past its deadline is never renewed.
+			s.cur.CompareAndSwap(cur, nil)
+			cur = nil
+		}
 		var got stockgate.SoldLease
 		var err error
 		if cur != nil {
@@ -120,6 +131,11 @@ func (l *soldLeases) keep(sku string, s *soldSKU) {
 			s.cur.Store(nil)
 		case !got.Granted:
 			s.cur.Store(nil)
+			if got.Reason == "unreplicated" {
+				// The key holders were read, then not used: not again
+				// every third of a lease (a large sale's read holds Redis).
+				time.Sleep(unreplicatedBackoff)
+			}
 		case cur != nil:
 			s.cur.Store(&snapshot{keys: cur.keys, until: got.Until, lease: got})
 		default:
@@ -153,6 +169,15 @@ func (s *Service) SetSoldLeases(on bool) {
 	if s.leases.on.Swap(on) && !on {
 		s.leases.drop("")
 	}
+}
+
+// SoldLeaseInUse returns the sold-out lease this instance answers from
+// now (0: leases off).
+func (s *Service) SoldLeaseInUse() time.Duration {
+	if s.leases.g == nil || !s.leases.on.Load() {
+		return 0
+	}
+	return s.leases.ttl
 }
 
 // SoldOutFromLease returns how many keyed sold-out answers this instance

@@ -697,7 +697,9 @@ func (g *Gate) SeedSplit(ctx context.Context, sku string, cfg Config, k int, ava
 	}
 	all := true
 	for b, n := range names {
-		ok, err := g.Seed(ctx, n, cfg, avail[b], hold[b], fly[b], released, keys[b], epoch+"-"+strconv.Itoa(b))
+		// No sold-out lease: a split sale is never leased (a re-split
+		// of a leased sale waited for its lease in bucket 0's load).
+		ok, err := g.seedLeased(ctx, n, cfg, avail[b], hold[b], fly[b], released, keys[b], epoch+"-"+strconv.Itoa(b), 0)
 		if err != nil {
 			return false, fmt.Errorf("bucket %s: %w", n, err)
 		}

@@ -58,8 +58,10 @@ for from = 3, #ARGV, 2 * CHUNK do
         outcome = 'f'
         local key = r['idempotency_key']
         if type(key) == 'string' and key ~= '' and first ~= '' then
-          -- The key was there (reserve.lua wrote it); were it not, the
-          -- sold-out lease's renewals stop (soldlease.lua).
+          -- The key was there (reserve.lua wrote it, and no path is
+          -- known that drops it before): were it not, this writes it
+          -- without waiting for a live sold-out lease, but stops its
+          -- renewals (soldlease.lua).
           if redis.call('HSET', KEYS[5], r['user_id'] .. '\0' .. key, first) == 1 then
             redis.call('HINCRBY', KEYS[1], 'solv', 1)
           end

@@ -47,7 +47,15 @@ func ms(t time.Time) string {
 // A large sale is written in chunks of about SeedChunk entries per script
 // call (Redis serves other calls between them); the SKU stays unloaded,
 // refused by the gate, until the last chunk marks it loaded.
+//
+// With SetSeedLease the sale starts with a sold-out lease (none for a
+// bucket of a split sale: SeedSplit).
 func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []Release, idem map[string]string, epoch string) (bool, error) {
+	return g.seedLeased(ctx, sku, cfg, available, holdings, inflight, released, idem, epoch, g.seedLease.Load())
+}
+
+// seedLeased is Seed with a sold-out lease of leaseMs (0: none).
+func (g *Gate) seedLeased(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []Release, idem map[string]string, epoch string, leaseMs int64) (bool, error) {
 	k := g.KeysOf(sku)
 	var chunks []seedChunk
 	cur := &seedChunk{}
@@ -100,7 +108,7 @@ func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64
 		args := make([]string, 0, 12+len(c.buyers)+len(c.rel)+len(c.idem)+len(c.res))
 		args = append(args, strconv.FormatInt(available, 10), strconv.FormatInt(cfg.PerUserLimit, 10), ms(cfg.StartsAt), ms(cfg.EndsAt), epoch,
 			strconv.Itoa(len(c.buyers)/2), strconv.Itoa(len(c.rel)), strconv.Itoa(len(c.idem)/2), cfg.Lock, token, phase,
-			strconv.FormatInt(g.seedLease.Load(), 10))
+			strconv.FormatInt(leaseMs, 10))
 		args = append(append(append(append(args, c.buyers...), c.rel...), c.idem...), c.res...)
 		var err error
 		for {

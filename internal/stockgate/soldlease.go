@@ -126,3 +126,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// SeedLease returns the sold-out lease every load starts a sale with now
+// (SetSeedLease).
+func (g *Gate) SeedLease() time.Duration {
+	return time.Duration(g.seedLease.Load()) * time.Millisecond
+}

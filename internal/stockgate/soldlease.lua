@@ -9,8 +9,9 @@
 -- A lease is granted only to an unsplit, loaded sale with no unit left.
 -- KEYS[1] meta  KEYS[2] idem
 -- ARGV[1] the lease's length, ms
--- ARGV[2] '' to take it (the key fields are returned), or the version (solv)
---         a renewal's holder read with its snapshot
+-- ARGV[2] '' to take it (the key fields are returned; a take that finds no
+--         live lease increments solv first), or the version (solv) a
+--         renewal's holder read with its snapshot
 -- ARGV[3] the epoch the holder read with its snapshot (renewal only)
 -- ARGV[4] the most key fields (user NUL key) a snapshot may hold: a sale with
 --         more idem fields than this (closed markers counted) is refused
@@ -49,6 +50,12 @@ if ARGV[2] ~= '' then
 end
 local cap = tonumber(ARGV[4]) or 0
 if redis.call('HLEN', KEYS[2]) > cap then return {0, 'large'} end
+-- A take that finds no live lease starts a new one under a new version:
+-- reservations made since the last one lapsed added keys without a bump,
+-- so no renewal of a snapshot read before may pass (a holder that stalled
+-- past its lease would otherwise renew it once another instance has
+-- taken the next one).
+if untl <= now then version = tostring(redis.call('HINCRBY', KEYS[1], 'solv', 1)) end
 extend()
 local out = {1, version, m[1], now}
 for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do

@@ -108,7 +108,7 @@ func TestSoldLeaseGrantedOnlyWhenSoldOut(t *testing.T) {
 	if want := []string{"b0\x00k0", "b1\x00k1"}; !slices.Equal(l.Keys, want) {
 		t.Fatalf("key holders %q, want %q", l.Keys, want)
 	}
-	if l.Epoch != "e1" || l.Until.After(before.Add(time.Second-SoldLeaseMargin+time.Since(before))) {
+	if l.Epoch != "e1" || l.Until.Before(before.Add(time.Second-SoldLeaseMargin)) || l.Until.After(before.Add(time.Second-SoldLeaseMargin+time.Since(before))) {
 		t.Fatalf("lease %+v: epoch or until wrong", l)
 	}
 	if u := metaInt(t, g, "s", "solu"); u <= redisMs(t, g) {
@@ -131,6 +131,9 @@ func TestSoldLeaseHoldsReservations(t *testing.T) {
 	g := newInternalGate(t)
 	ctx := context.Background()
 	ids := soldOutSale(t, g, "s", 2)
+	// A lease long enough that the checks below run under it on a loaded
+	// machine.
+	const leaseTTL = 3 * time.Second
 	l, err := g.TakeSoldLease(ctx, "s", leaseTTL, 100)
 	if err != nil || !l.Granted {
 		t.Fatalf("take: %+v, %v", l, err)
@@ -150,7 +153,9 @@ func TestSoldLeaseHoldsReservations(t *testing.T) {
 		t.Fatalf("renewal with a unit back: %+v, %v", r, err)
 	}
 	late := keyedRes("s", "new", "kn")
+	checked := 0
 	for metaInt(t, g, "s", "solu") > redisMs(t, g)+5 {
+		checked++
 		_, err := g.Reserve(ctx, late)
 		var so *SoldOutError
 		if !errors.As(err, &so) || so.Available != 1 {
@@ -163,6 +168,9 @@ func TestSoldLeaseHoldsReservations(t *testing.T) {
 			t.Fatalf("retry of a key that made an order, under the lease: %+v, %v", got, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if checked == 0 {
+		t.Fatal("the lease ended before a reservation was tried under it")
 	}
 	for metaInt(t, g, "s", "solu") >= redisMs(t, g) {
 		time.Sleep(5 * time.Millisecond)
@@ -259,13 +267,67 @@ func TestSeedStartsWithALease(t *testing.T) {
 	r := keyedRes("b", "u", "k")
 	_, err := g.Reserve(ctx, r)
 	var so *SoldOutError
-	if solu := metaInt(t, g, "b", "solu"); !errors.As(err, &so) && redisMs(t, g) < solu {
+	solu := metaInt(t, g, "b", "solu")
+	if solu == 0 {
+		t.Fatal("a load with a seed lease wrote no lease")
+	}
+	if !errors.As(err, &so) && redisMs(t, g) < solu {
 		t.Fatalf("reserve within the seed's lease: %v, want sold out", err)
+	}
+	// A split sale starts without one (it is never leased).
+	if ok, err := g.SeedSplit(ctx, "p", Config{PerUserLimit: 1}, 2, 10, nil, nil, nil, nil, "e1"); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	for _, n := range BucketNames("p", 2) {
+		if u := metaInt(t, g, n, "solu"); u != 0 {
+			t.Fatalf("bucket %s of a split sale loaded with a lease (%d)", n, u)
+		}
+	}
+	if _, err := g.ReserveIn(ctx, keyedRes("p", "u", "k"), Limits{}, 2); err != nil {
+		t.Fatalf("reserve in a split sale just loaded: %v", err)
 	}
 	for metaInt(t, g, "b", "solu") >= redisMs(t, g) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if _, err := g.Reserve(ctx, r); err != nil {
 		t.Fatalf("reserve after the seed's lease: %v", err)
+	}
+}
+
+// TestSoldLeaseStaleHolderNotRenewed: a holder that stalled past its lease
+// cannot renew its snapshot once the lease lapsed, a key was added, and
+// another instance took the next lease (same epoch, a live lease, no
+// writer's bump in between: the new take's version is what refuses it).
+func TestSoldLeaseStaleHolderNotRenewed(t *testing.T) {
+	g := newInternalGate(t)
+	ctx := context.Background()
+	ids := soldOutSale(t, g, "s", 1)
+	const ttl = 300 * time.Millisecond
+	stale, err := g.TakeSoldLease(ctx, "s", ttl, 100)
+	if err != nil || !stale.Granted {
+		t.Fatalf("take: %+v, %v", stale, err)
+	}
+	for metaInt(t, g, "s", "solu") >= redisMs(t, g) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The lease lapsed: a unit comes back and sells to a new key.
+	if _, err := g.Restore(ctx, "s", []Release{{OrderID: ids[0], User: "b0", Quantity: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Reserve(ctx, keyedRes("s", "late", "kl")); err != nil {
+		t.Fatalf("reserve after the lapse: %v", err)
+	}
+	next, err := g.TakeSoldLease(ctx, "s", ttl, 100)
+	if err != nil || !next.Granted || !slices.Contains(next.Keys, "late\x00kl") {
+		t.Fatalf("the next take: %+v, %v", next, err)
+	}
+	if next.Version == stale.Version {
+		t.Fatalf("a take after a lapse kept version %s", next.Version)
+	}
+	if r, err := g.RenewSoldLease(ctx, "s", ttl, stale); err != nil || r.Granted {
+		t.Fatalf("the stale holder's renewal: %+v, %v; want refused", r, err)
+	}
+	if r, err := g.RenewSoldLease(ctx, "s", ttl, next); err != nil || !r.Granted {
+		t.Fatalf("the new holder's renewal: %+v, %v", r, err)
 	}
 }
