@@ -281,6 +281,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		OpenFor: cfg.BreakerOpenFor, FallbackConcurrency: cfg.FallbackConc, Disabled: cfg.FallbackConc == 0,
 		CallTimeout: cfg.RedisTimeout,
 	})
+	a.metrics.WatchSoldLeases(a.buy.SoldLeaseInUse, a.buy.SoldOutFromLease)
 	if a.notices, err = notice.Subscribe(a.nc, a.buy, log); err != nil {
 		return nil, fmt.Errorf("nats: catalog notices: %w", err)
 	}

@@ -100,7 +100,9 @@ func previousRelease(t *testing.T) (commit, bin string) {
 // the end fresh buyers take exactly what is left. Both run with their
 // defaults: this tree publishes order-schema 2 while every instance in the
 // fleet reads it, and the previous release (07132d2 on) reads it, so this
-// tree's instances must publish version 2 at every step.
+// tree's instances must publish version 2 at every step. This tree's
+// instances have sold-out leases turned on, and must never use them beside
+// the previous release (whose reserves do not honour a lease).
 func TestUpgrade(t *testing.T) {
 	full := upgradeMode(t)
 	// rate: new buyers of the hot SKU per second (the normal SKU gets a
@@ -160,7 +162,15 @@ func TestUpgrade(t *testing.T) {
 		if strings.Contains(s.Log(), "schema version this release does not know") {
 			t.Errorf("%s (%s) met a message of a schema version it does not read:\n%s", serverName(i), version[i], s.Log())
 		}
-		svcs[i] = chaos.StartService(t, bin, copyEnv(s.Env))
+		env := copyEnv(s.Env)
+		// This tree's instances have sold-out leases turned on, as by an
+		// operator who did not wait for the previous release to be gone:
+		// the fleet gate must keep them off beside it (checked below).
+		delete(env, "FLASHSALE_SOLD_OUT_LEASE")
+		if name == "new" {
+			env["FLASHSALE_SOLD_OUT_LEASE"] = "1s"
+		}
+		svcs[i] = chaos.StartService(t, bin, env)
 		version[i] = name
 		if _, err := lb.WaitState(serverName(i), "UP", 20*time.Second); err != nil {
 			t.Fatal(err)
@@ -258,6 +268,14 @@ func TestUpgrade(t *testing.T) {
 			if got, err := waitSchema(s.URL, 2, 10*time.Second); err != nil || got != 2 {
 				t.Errorf("%s: %s (instances %v) publishes schema %d, want 2: %v", st.name, serverName(i), version, got, err)
 			}
+			// Sold-out leases stay off: at every step an instance of the
+			// previous release (whose reserves ignore a lease) is listed,
+			// or was within the 60 s hold.
+			for _, m := range []string{"flashsale_sold_out_lease_seconds", "flashsale_sold_out_from_lease_total"} {
+				if v, err := metricRetried(s.URL, m); err != nil || v != 0 {
+					t.Errorf("%s: %s (instances %v): %s %v, want 0: %v", st.name, serverName(i), version, m, v, err)
+				}
+			}
 		}
 		t.Logf("%s: instances %v; replaced in %v; outcomes %s; idle with the invariants holding after %v",
 			st.name, version, took.Round(100*time.Millisecond), sale.Summary(), idle.Round(100*time.Millisecond))
@@ -310,6 +328,16 @@ func unknownVersions(t *testing.T, s *chaos.Service, who string) {
 		}
 	}
 	t.Errorf("%s: reading flashsale_messages_unknown_version_total: %v", who, err)
+}
+
+// metricRetried is metric, tried again for up to 10 s while the read
+// fails (a loaded machine).
+func metricRetried(base, name string) (float64, error) {
+	v, err := metric(base, name)
+	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); v, err = metric(base, name) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	return v, err
 }
 
 // metric reads the value of an unlabelled metric from the instance's

@@ -202,6 +202,22 @@ func (m *Metrics) Batch(size, applied, refused, dups int, d time.Duration, err e
 // DeadLettered counts one dead-lettered reservation.
 func (m *Metrics) DeadLettered() { m.deadLetters.Inc() }
 
+// WatchSoldLeases exports the sold-out lease this instance answers from
+// now (0: leases off; purchase.Service.SoldLeaseInUse) and how many keyed
+// sold-out answers it gave from a lease's snapshot (SoldOutFromLease).
+func (m *Metrics) WatchSoldLeases(inUse func() time.Duration, answered func() int64) {
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashsale_sold_out_lease_seconds",
+			Help: "Length of the sold-out lease this instance answers keyed sold-out purchases from now: FLASHSALE_SOLD_OUT_LEASE while every instance honours leases, 0 otherwise.",
+		}, func() float64 { return inUse().Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashsale_sold_out_from_lease_total",
+			Help: "Keyed purchases answered sold_out from a sold-out lease's snapshot of the sale's key holders, without a Redis read.",
+		}, func() float64 { return float64(answered()) }),
+	)
+}
+
 // OrderSchema records the schema version this instance publishes on the order stream.
 func (m *Metrics) OrderSchema(v int) { m.orderSchema.Set(float64(v)) }
 
