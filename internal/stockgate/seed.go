@@ -48,10 +48,16 @@ func ms(t time.Time) string {
 // call (Redis serves other calls between them); the SKU stays unloaded,
 // refused by the gate, until the last chunk marks it loaded.
 //
-// With SetSeedLease the sale starts with a sold-out lease (none for a
-// bucket of a split sale: SeedSplit).
+// With SetSeedLease a sale that has sold (buyers holding units, keys,
+// reservations in flight or releases) starts with a sold-out lease: only
+// a sale that sold out can have been leased. A new sale, and a bucket of a
+// split sale (SeedSplit), start without one.
 func (g *Gate) Seed(ctx context.Context, sku string, cfg Config, available int64, holdings map[string]int64, inflight []sale.Reservation, released []Release, idem map[string]string, epoch string) (bool, error) {
-	return g.seedLeased(ctx, sku, cfg, available, holdings, inflight, released, idem, epoch, g.seedLease.Load())
+	var lease int64
+	if len(holdings) > 0 || len(inflight) > 0 || len(released) > 0 || len(idem) > 0 {
+		lease = g.seedLease.Load()
+	}
+	return g.seedLeased(ctx, sku, cfg, available, holdings, inflight, released, idem, epoch, lease)
 }
 
 // seedLeased is Seed with a sold-out lease of leaseMs (0: none).

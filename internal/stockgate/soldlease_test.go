@@ -248,9 +248,9 @@ func TestSoldLeaseKeyWritersWait(t *testing.T) {
 	}
 }
 
-// TestSeedStartsWithALease: with SetSeedLease, a load makes no reservation
-// for the lease's length (a snapshot read before Redis lost the sale ends
-// first), and without it, at once.
+// TestSeedStartsWithALease: with SetSeedLease, a load of a sale that sold
+// makes no reservation for the lease's length (a snapshot read before Redis
+// lost the sale ends first); without it, or for a new sale, at once.
 func TestSeedStartsWithALease(t *testing.T) {
 	g := newInternalGate(t)
 	ctx := context.Background()
@@ -261,7 +261,15 @@ func TestSeedStartsWithALease(t *testing.T) {
 		t.Fatalf("reserve after a load without a seed lease: %v", err)
 	}
 	g.SetSeedLease(300 * time.Millisecond)
-	if ok, err := g.Seed(ctx, "b", Config{PerUserLimit: 1}, 5, nil, nil, nil, nil, "e1"); err != nil || !ok {
+	// A new sale (nothing sold) cannot have been leased: no lease.
+	if ok, err := g.Seed(ctx, "new", Config{PerUserLimit: 1}, 5, nil, nil, nil, nil, "e1"); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if u := metaInt(t, g, "new", "solu"); u != 0 {
+		t.Fatalf("a new sale loaded with a lease (%d)", u)
+	}
+	// A sale that sold (a buyer holds a unit): reloaded with one.
+	if ok, err := g.Seed(ctx, "b", Config{PerUserLimit: 1}, 5, map[string]int64{"x": 1}, nil, nil, map[string]string{"x\x00kx": "ox"}, "e1"); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	r := keyedRes("b", "u", "k")
