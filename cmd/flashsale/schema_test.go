@@ -107,7 +107,7 @@ func TestSeedLeaseFollowsTheFleet(t *testing.T) {
 	others := fleet.New(testenv.RedisClient(t, url), prefix)
 	g := stockgate.New(testenv.RedisClient(t, url), prefix)
 	var own atomic.Int64
-	const every = 20 * time.Millisecond
+	const every = 50 * time.Millisecond // a hold of 1.5 s
 	go seedLeases(ctx, g, reg, func() time.Duration { return time.Duration(own.Load()) }, every, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	becomes := func(want time.Duration, why string) {
 		t.Helper()

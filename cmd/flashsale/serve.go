@@ -290,6 +290,13 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	// from the database; otherwise every sale that is not over is warmed (a
 	// resync for those already there, a load for the others), so Redis is
 	// never sold against stale.
+	// The loads below (a rebuild, the warm-ups) start with the sold-out
+	// lease the fleet answers from, before seedLeases runs (see there).
+	configuredLease := time.Duration(0)
+	if cfg.Protect.SoldOutTTL > 0 {
+		configuredLease = cfg.Protect.SoldOutLease
+	}
+	a.gate.SetSeedLease(fleetLease(octx, fleet.New(a.redis, cfg.RedisPrefix), configuredLease))
 	monitor := reconcile.NewMonitor(a.gate, a.rebuildAll, log)
 	rebuilt, merr := monitor.RunOnce(octx)
 	if merr != nil {
@@ -354,7 +361,9 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 	if cfg.Protect.SoldOutLease > 0 && cfg.Protect.SoldOutTTL > 0 {
 		a.goRun(func() { useSoldLeases(wctx, a.buy, a.fleet, 2*time.Second, log) })
 	}
-	a.goRun(func() { seedLeases(wctx, a.gate, a.fleet, a.buy.SoldLeaseInUse, 2*time.Second, log) })
+	a.goRun(func() {
+		seedLeases(wctx, a.gate, a.fleet, func() time.Duration { return configuredLease }, 2*time.Second, log)
+	})
 	a.goRun(func() { a.queue.RunEnsure(wctx, time.Second, log) })
 	a.goRun(func() { a.queue.RunRetention(wctx, retentionEvery(cfg.StreamRetention), log) })
 	republisher := relay.NewRepublisher(a.gate, a.queue, a.queue, log, relay.RepublishConfig{After: cfg.RepublishAfter})
@@ -398,7 +407,7 @@ func start(ctx context.Context, cfg config, log *slog.Logger) (_ *app, err error
 		a.fleet.Run(wctx, 5*time.Second, func() fleet.Instance {
 			in := fleet.Instance{ID: a.id, Version: bi.Version, Commit: bi.Commit, Group: cfg.ReleaseGroup, StartedAt: started,
 				Features:       []string{fleet.FeatureCrowd, fleet.FeatureSchema2, fleet.FeatureSoldLease},
-				SoldOutLeaseMs: a.buy.SoldLeaseInUse().Milliseconds()}
+				SoldOutLeaseMs: configuredLease.Milliseconds()}
 			if a.shadow != nil {
 				st := a.shadow.Stats()
 				in.Shadow = &fleet.ShadowCounts{SKUs: skus, Match: st.Match, Mismatch: st.Mismatch, Dropped: st.Dropped, Same: st.Same}
@@ -718,8 +727,10 @@ func useSoldLeases(ctx context.Context, buy *purchase.Service, reg *fleet.Regist
 }
 
 // seedLeases makes every load of a sale this instance runs start with a
-// sold-out lease as long as the longest any instance answers from (its
-// own, and those the fleet registry lists), kept for schemaHold periods
+// sold-out lease as long as the longest any instance is set to (its own
+// setting, and those the fleet registry lists: set, not in use, so that
+// an instance whose leases the fleet gate has just turned on is covered
+// before its next beat), kept for schemaHold periods
 // after that one was last seen: a Redis that lost a sale lost its lease
 // and the registry with it, and the snapshots read before are used until
 // their holders' deadlines, so the reloaded sale makes no reservation
@@ -732,12 +743,8 @@ func seedLeases(ctx context.Context, g *stockgate.Gate, reg *fleet.Registry, own
 	var seen time.Time
 	for {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		in, _ := reg.Instances(cctx, time.Now())
+		cur := fleetLease(cctx, reg, own())
 		cancel()
-		cur := own()
-		for _, i := range in {
-			cur = max(cur, time.Duration(i.SoldOutLeaseMs)*time.Millisecond)
-		}
 		if now := time.Now(); cur >= held || now.Sub(seen) >= schemaHold*every {
 			if cur != held {
 				log.Info("loads start with a sold-out lease", "lease", cur)
@@ -751,6 +758,17 @@ func seedLeases(ctx context.Context, g *stockgate.Gate, reg *fleet.Registry, own
 		case <-t.C:
 		}
 	}
+}
+
+// fleetLease returns the longest of own and the sold-out leases the
+// instances in the fleet registry say they are set to (own alone when the
+// registry cannot be read).
+func fleetLease(ctx context.Context, reg *fleet.Registry, own time.Duration) time.Duration {
+	in, _ := reg.Instances(ctx, time.Now())
+	for _, i := range in {
+		own = max(own, time.Duration(i.SoldOutLeaseMs)*time.Millisecond)
+	}
+	return own
 }
 
 // followFleet calls apply every period until ctx ends with all true while

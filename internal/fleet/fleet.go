@@ -33,9 +33,11 @@ type Instance struct {
 	// first release's (FeatureCrowd): a setting is turned on only while
 	// every instance reporting enforces it.
 	Features []string `json:"features,omitempty"`
-	// SoldOutLeaseMs is the sold-out lease this instance answers from now
-	// (0: none): every instance starts each load of a sale with a lease as
-	// long as the longest one listed (FeatureSoldLease).
+	// SoldOutLeaseMs is the sold-out lease this instance is set to
+	// (FLASHSALE_SOLD_OUT_LEASE; 0: none), whether or not the fleet gate
+	// lets it answer from one yet: every instance starts each load of a
+	// sale that has sold with a lease as long as the longest one listed
+	// (FeatureSoldLease).
 	SoldOutLeaseMs int64 `json:"sold_out_lease_ms,omitempty"`
 }
 

@@ -134,7 +134,9 @@ func (l *soldLeases) keep(sku string, s *soldSKU) {
 			if got.Reason == "unreplicated" {
 				// The key holders were read, then not used: not again
 				// every third of a lease (a large sale's read holds Redis).
-				time.Sleep(unreplicatedBackoff)
+				for end := time.Now().Add(unreplicatedBackoff); time.Now().Before(end) && l.on.Load(); {
+					<-t.C
+				}
 			}
 		case cur != nil:
 			s.cur.Store(&snapshot{keys: cur.keys, until: got.Until, lease: got})

@@ -39,9 +39,11 @@ local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 if now < (tonumber(m[6] or '') or 0) then return {0, 'blocked'} end
 local untl = tonumber(m[4] or '') or 0
 local version = m[5] or '0'
+-- Always written, also when an earlier grant reaches further: the caller's
+-- WAIT then covers the lease it relies on (a client's WAIT counts only the
+-- writes it made).
 local function extend()
-  local e = now + ttl
-  if e > untl then redis.call('HSET', KEYS[1], 'solu', string.format('%.0f', e)) end
+  redis.call('HSET', KEYS[1], 'solu', string.format('%.0f', math.max(untl, now + ttl)))
 end
 if ARGV[2] ~= '' then
   if ARGV[2] ~= version or ARGV[3] ~= m[1] or untl <= now then return {0, 'changed'} end
@@ -55,7 +57,12 @@ if redis.call('HLEN', KEYS[2]) > cap then return {0, 'large'} end
 -- so no renewal of a snapshot read before may pass (a holder that stalled
 -- past its lease would otherwise renew it once another instance has
 -- taken the next one).
-if untl <= now then version = tostring(redis.call('HINCRBY', KEYS[1], 'solv', 1)) end
+-- The new version is at least Redis' clock in µs, so a Redis restarted from
+-- older persisted data (solv gone back) does not hand out one again.
+if untl <= now then
+  version = string.format('%.0f', math.max((tonumber(version) or 0) + 1, now * 1000))
+  redis.call('HSET', KEYS[1], 'solv', version)
+end
 extend()
 local out = {1, version, m[1], now}
 for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do

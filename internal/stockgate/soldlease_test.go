@@ -325,17 +325,17 @@ func TestSoldLeaseStaleHolderNotRenewed(t *testing.T) {
 	if _, err := g.Reserve(ctx, keyedRes("s", "late", "kl")); err != nil {
 		t.Fatalf("reserve after the lapse: %v", err)
 	}
-	next, err := g.TakeSoldLease(ctx, "s", ttl, 100)
+	next, err := g.TakeSoldLease(ctx, "s", leaseTTL, 100)
 	if err != nil || !next.Granted || !slices.Contains(next.Keys, "late\x00kl") {
 		t.Fatalf("the next take: %+v, %v", next, err)
 	}
 	if next.Version == stale.Version {
 		t.Fatalf("a take after a lapse kept version %s", next.Version)
 	}
-	if r, err := g.RenewSoldLease(ctx, "s", ttl, stale); err != nil || r.Granted {
+	if r, err := g.RenewSoldLease(ctx, "s", leaseTTL, stale); err != nil || r.Granted {
 		t.Fatalf("the stale holder's renewal: %+v, %v; want refused", r, err)
 	}
-	if r, err := g.RenewSoldLease(ctx, "s", ttl, next); err != nil || !r.Granted {
+	if r, err := g.RenewSoldLease(ctx, "s", leaseTTL, next); err != nil || !r.Granted {
 		t.Fatalf("the new holder's renewal: %+v, %v", r, err)
 	}
 }
