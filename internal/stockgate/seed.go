@@ -125,7 +125,8 @@ func (g *Gate) seedLeased(ctx context.Context, sku string, cfg Config, available
 			// The first chunk met a live sold-out lease: it ends in
 			// -1,000,000 - n ms (see soldlease.lua), and no other is
 			// taken before this load had its turn.
-			if err = sleepCtx(ctx, time.Duration(-1000000-n+1)*time.Millisecond); err != nil {
+			if !waitCtx(ctx, time.Duration(-1000000-n+1)*time.Millisecond) {
+				err = ctx.Err()
 				break
 			}
 		}
@@ -360,7 +361,8 @@ func (g *Gate) restoreIn(ctx context.Context, sku string, rs []Release) (int64, 
 		if err != nil || vals[0] != -3 {
 			break
 		}
-		if err = sleepCtx(ctx, time.Duration(vals[1]+1)*time.Millisecond); err != nil {
+		if !waitCtx(ctx, time.Duration(vals[1]+1)*time.Millisecond) {
+			err = ctx.Err()
 			break
 		}
 	}

@@ -115,18 +115,6 @@ func str(m rueidis.RedisMessage) (string, error) {
 // key. No reservation is made in the first d after a load.
 func (g *Gate) SetSeedLease(d time.Duration) { g.seedLease.Store(d.Milliseconds()) }
 
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // SeedLease returns the sold-out lease every load starts a sale with now
 // (SetSeedLease).
 func (g *Gate) SeedLease() time.Duration {
