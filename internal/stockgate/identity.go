@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -94,7 +95,21 @@ func (g *Gate) primaries(ctx context.Context) ([]primary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stockgate: cluster nodes: %w", err)
 	}
+	return parsePrimaries(out, nodes)
+}
+
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// parsePrimaries reads the primaries serving slots from CLUSTER NODES'
+// answer out. A view in which not every slot is served by a primary is an
+// error: the cluster is changing (during a failover the node asked may
+// list the promoted replica as a primary before the slots it took over,
+// and the old primary as a replica: a list without either, which would
+// count as one more change, and a rebuild, once the view settles).
+func parsePrimaries(out string, nodes map[string]rueidis.Client) ([]primary, error) {
 	var prim []primary
+	served := 0
 	for line := range strings.Lines(out) {
 		f := strings.Fields(line)
 		// <id> <ip:port@cport[,hostname]> <flags> <master> <ping> <pong> <epoch> <link> <slot>...
@@ -108,10 +123,28 @@ func (g *Gate) primaries(ctx context.Context) ([]primary, error) {
 		if !ok {
 			return nil, fmt.Errorf("stockgate: primary %s is not known to the client yet", addr)
 		}
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				continue // a slot being imported or migrated: counted where it is served
+			}
+			lo, hi, isRange := strings.Cut(r, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := a, error(nil)
+			if isRange {
+				b, err2 = strconv.Atoi(hi)
+			}
+			if err1 != nil || err2 != nil || b < a {
+				return nil, fmt.Errorf("stockgate: CLUSTER NODES: primary %s: bad slot range %q", addr, r)
+			}
+			served += b - a + 1
+		}
 		prim = append(prim, primary{addr: addr, client: c})
 	}
 	if len(prim) == 0 {
 		return nil, errors.New("stockgate: CLUSTER NODES lists no primary with slots")
+	}
+	if served != clusterSlots {
+		return nil, fmt.Errorf("stockgate: primaries serve %d of %d slots: the cluster is changing", served, clusterSlots)
 	}
 	sort.Slice(prim, func(i, j int) bool { return prim[i].addr < prim[j].addr })
 	return prim, nil
