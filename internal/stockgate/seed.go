@@ -116,20 +116,16 @@ func (g *Gate) seedLeased(ctx context.Context, sku string, cfg Config, available
 			strconv.Itoa(len(c.buyers)/2), strconv.Itoa(len(c.rel)), strconv.Itoa(len(c.idem)/2), cfg.Lock, token, phase,
 			strconv.FormatInt(leaseMs, 10))
 		args = append(append(append(append(args, c.buyers...), c.rel...), c.idem...), c.res...)
-		var err error
-		for {
+		err := afterLease(ctx, func() (int64, error) {
+			var err error
 			n, err = g.seed.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Res, k.Rel, k.Idem, k.Lock}, args).AsInt64()
 			if err != nil || n > -1000000 {
-				break
+				return 0, err
 			}
 			// The first chunk met a live sold-out lease: it ends in
-			// -1,000,000 - n ms (see soldlease.lua), and no other is
-			// taken before this load had its turn.
-			if !waitCtx(ctx, time.Duration(-1000000-n+1)*time.Millisecond) {
-				err = ctx.Err()
-				break
-			}
-		}
+			// -1,000,000 - n ms (see soldlease.lua).
+			return -1000000 - n, nil
+		})
 		if err != nil {
 			return false, fmt.Errorf("stockgate: seed: %w", err)
 		}
@@ -355,17 +351,14 @@ func (g *Gate) restoreIn(ctx context.Context, sku string, rs []Release) (int64, 
 	args = append(keys, args...)
 	k := g.KeysOf(sku)
 	var vals []int64
-	var err error
-	for {
+	err := afterLease(ctx, func() (int64, error) {
+		var err error
 		vals, err = g.restore.Exec(ctx, g.c, []string{k.Meta, k.Buyers, k.Rel, k.Idem}, args).AsIntSlice()
 		if err != nil || vals[0] != -3 {
-			break
+			return 0, err
 		}
-		if !waitCtx(ctx, time.Duration(vals[1]+1)*time.Millisecond) {
-			err = ctx.Err()
-			break
-		}
-	}
+		return vals[1], nil // a key to add meets a live sold-out lease
+	})
 	if err != nil {
 		return 0, fmt.Errorf("stockgate: restore: %w", err)
 	}

@@ -120,3 +120,20 @@ func (g *Gate) SetSeedLease(d time.Duration) { g.seedLease.Store(d.Milliseconds(
 func (g *Gate) SeedLease() time.Duration {
 	return time.Duration(g.seedLease.Load()) * time.Millisecond
 }
+
+// afterLease calls run until it reports no wait: a writer of a new key
+// field that met a live sold-out lease (leasewait.lua) writes nothing and
+// says how many ms until the lease ends; it is called again then, so that
+// no lease is taken before it had its turn (solb). It returns run's error,
+// or the context's.
+func afterLease(ctx context.Context, run func() (waitMs int64, err error)) error {
+	for {
+		wait, err := run()
+		if err != nil || wait <= 0 {
+			return err
+		}
+		if !waitCtx(ctx, time.Duration(wait+1)*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
